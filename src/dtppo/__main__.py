@@ -1,0 +1,3 @@
+from dtppo.cli import main
+
+main()

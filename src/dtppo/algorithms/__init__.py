@@ -1,0 +1,1 @@
+"""The PPO math: advantages, KL estimators and losses, as small pure functions."""

@@ -1,0 +1,104 @@
+"""Value alignment, token-level rewards, GAE and advantage whitening.
+
+Conventions (SPEC §2-3): ``values[b, t] = V(s_t)``, the value of the state *before* token t is emitted; the
+sequence reward lands on the last response token; masked positions inside a row are skipped as if absent.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dtppo.ops import masked_whiten, shift_right
+
+
+def right_shift_values(values: torch.Tensor) -> torch.Tensor:
+    """Align value-head outputs to states: ``out[:, t] = values[:, t-1]``, ``out[:, 0] = 0``.
+
+    values: [B, T] or [B, T, 1] head outputs (position t has seen tokens 0..t) -> same shape, V(s_t).
+    Without this shift the "value" of token t would already have seen token t, the action it judges.
+    """
+    return shift_right(values)
+
+
+def token_level_rewards(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
+    """Sequence reward on the last response token, optional ``-kl_coef * kl`` on every response token.
+
+    rewards: [B] float32; response_mask: [B, T]; kl: [B, T] per-token KL estimate or None -> [B, T] float32,
+    zero on masked positions. A row with no response tokens gets no reward.
+    """
+    positions = torch.arange(response_mask.shape[1], device=response_mask.device)[None, :]
+    last = (positions * response_mask.long()).argmax(dim=1)
+    has_response = response_mask.sum(dim=1) > 0
+    out = torch.zeros_like(response_mask, dtype=torch.float32)
+    out[torch.arange(out.shape[0]), last] = torch.where(has_response, rewards.float(), 0.0)
+    if kl is not None and kl_coef > 0.0:
+        out = out - kl_coef * torch.where(response_mask.bool(), kl, torch.zeros_like(kl))
+    return out
+
+
+def compute_gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016, eq. 16) with carry-forward masking.
+
+    token_rewards: [B, T]; values: [B, T] V(s_t); mask: [B, T] valid (response) positions;
+    lam: float or [B] per-sample λ. Returns (advantages [B, T], returns [B, T]), unwhitened, 0 where masked.
+    The last valid token does not bootstrap; masked positions leave the running state untouched.
+    """
+    batch, seq_len = values.shape
+    lam_b = torch.as_tensor(lam, dtype=torch.float32, device=values.device).expand(batch)
+    valid = mask.bool()
+    next_value = torch.zeros(batch, dtype=torch.float32, device=values.device)
+    last_adv = torch.zeros_like(next_value)
+    advantages = torch.zeros(batch, seq_len, dtype=torch.float32, device=values.device)
+    for t in reversed(range(seq_len)):
+        v_t = torch.where(valid[:, t], values[:, t].float(), 0.0)
+        delta = token_rewards[:, t] + gamma * next_value - v_t
+        adv = delta + gamma * lam_b * last_adv
+        next_value = torch.where(valid[:, t], v_t, next_value)
+        last_adv = torch.where(valid[:, t], adv, last_adv)
+        advantages[:, t] = last_adv
+    advantages = torch.where(valid, advantages, 0.0)
+    returns = torch.where(valid, advantages + values.float(), 0.0)
+    return advantages, returns
+
+
+def length_adaptive_lambda(response_lengths: torch.Tensor, alpha: float) -> torch.Tensor:
+    """VAPO's λ = 1 − 1/(α·len), per sample, clamped to [0, 1]. response_lengths: [B] -> [B] float32."""
+    return (1.0 - 1.0 / (alpha * response_lengths.float().clamp(min=1))).clamp(0.0, 1.0)
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean 0 / unbiased std 1 over valid positions; masked positions 0. x, mask: [B, T]."""
+    return masked_whiten(x, mask)
+
+
+def compute_advantages(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lambda_policy: float | torch.Tensor,
+    lambda_value: float | torch.Tensor,
+    normalize: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoupled GAE: advantages from ``lambda_policy``, returns from ``lambda_value``; one pass when equal.
+
+    All tensors [B, T]; λs float or [B]. Returns (advantages, returns); advantages whitened when normalize.
+    """
+    advantages, returns = compute_gae(token_rewards, values, mask, gamma, lambda_policy)
+    same_lambda = isinstance(lambda_policy, float) and isinstance(lambda_value, float) and lambda_policy == lambda_value
+    if not same_lambda:
+        _, returns = compute_gae(token_rewards, values, mask, gamma, lambda_value)
+    if normalize:
+        advantages = whiten(advantages, mask)
+    return advantages, returns

@@ -1,0 +1,131 @@
+"""``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes exit 2 with one line naming the key."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dtppo import config as config_lib
+
+
+def _load(args: argparse.Namespace) -> config_lib.Config:
+    try:
+        cfg = config_lib.load(args.recipe, args.overrides)
+        if cfg.cluster.num_nodes * cfg.cluster.workers_per_node != 1:
+            raise config_lib.ConfigError(
+                "cluster.workers_per_node: this build runs one process; sharded multi-rank workers are not "
+                "available yet (set cluster.num_nodes=1 cluster.workers_per_node=1)"
+            )
+    except config_lib.ConfigError as err:
+        print(f"dtppo: config error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return cfg
+
+
+def cmd_sft(args: argparse.Namespace) -> None:
+    from dtppo.sft import run_sft
+
+    results = run_sft(_load(args))
+    print(_table("SFT", results))
+
+
+def cmd_ppo(args: argparse.Namespace) -> None:
+    from dtppo.sft import run_sft, sft_is_done
+    from dtppo.trainer import PPOTrainer
+
+    cfg = _load(args)
+    sft_results = {}
+    if cfg.ppo.init_from_sft and not sft_is_done(cfg):
+        print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
+        sft_results = run_sft(cfg)
+    trainer = PPOTrainer(cfg)
+    history = trainer.fit()
+    print(_results_table(cfg, sft_results, history))
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    from dtppo.evaluation import evaluate
+    from dtppo.trainer import PPOTrainer
+
+    cfg = _load(args)
+    trainer = PPOTrainer(cfg)
+    trainer.maybe_resume()
+    result = evaluate(trainer.policy.model, trainer.tokenizer, trainer.validation_problems, cfg, trainer.steps_done)
+    print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
+                                "avg_length": result.avg_length}))
+    for question, response, truth, reward in result.samples[:5]:
+        print(f"\nQ: {question}\nA: {response!r}\nexpected {truth}: reward {reward:.0f}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from dtppo.export import export_checkpoint
+
+    for path in export_checkpoint(args.checkpoint_dir, args.out_dir):
+        print(f"wrote {path}")
+
+
+def cmd_plot(args: argparse.Namespace) -> None:
+    from dtppo.plot import plot_run
+
+    for path in plot_run(args.log_dir):
+        print(f"wrote {path}")
+
+
+def _table(title: str, values: dict) -> str:
+    width = max(len(k) for k in values)
+    lines = [f"{title}", "-" * (width + 14)]
+    lines += [f"{k:<{width}}  {v:>10.4f}" if isinstance(v, float) else f"{k:<{width}}  {v:>10}" for k, v in values.items()]
+    return "\n".join(lines)
+
+
+def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict]) -> str:
+    """The demo's summary: accuracy before and after PPO and the critic's fit over the run."""
+    from dtppo.logging import read_metrics
+
+    records = read_metrics(cfg.logger.log_dir)
+    val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
+    ev = [r["train/critic/explained_var"] for r in records if "train/critic/explained_var" in r]
+    rows = dict(sft_results)
+    if val:
+        rows["validation accuracy at start (step 0)"] = val[0][1]
+        rows[f"validation accuracy at end (step {val[-1][0]})"] = val[-1][1]
+        rows["PPO gain (points)"] = 100 * (val[-1][1] - val[0][1])
+        rows["best validation accuracy"] = max(a for _, a in val)
+    if ev:
+        half = ev[len(ev) // 2 :]
+        rows["critic explained variance, first step"] = ev[0]
+        rows["critic explained variance, mean of last half"] = sum(half) / len(half)
+    if history:
+        rows["mean PPO step time (s)"] = sum(h["timing/step"] for h in history) / len(history)
+    return _table("dtppo results", rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dtppo", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, help_text in [
+        ("sft", cmd_sft, "supervised fine-tuning; writes sft.output_dir"),
+        ("ppo", cmd_ppo, "PPO training (runs SFT first when ppo.init_from_sft and it is missing)"),
+        ("eval", cmd_eval, "score the latest checkpoint (or the starting policy) on the validation set"),
+    ]:
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("recipe", type=Path)
+        cmd.add_argument("overrides", nargs="*", help="section.key=value")
+        cmd.set_defaults(fn=fn)
+    export = sub.add_parser("export", help="write HF safetensors for the policy and the critic")
+    export.add_argument("checkpoint_dir", type=Path)
+    export.add_argument("out_dir", type=Path)
+    export.set_defaults(fn=cmd_export)
+    plot = sub.add_parser("plot", help="write PNG curves from LOG_DIR/metrics.jsonl")
+    plot.add_argument("log_dir", type=Path)
+    plot.set_defaults(fn=cmd_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    args.fn(args)

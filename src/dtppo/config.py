@@ -1,0 +1,416 @@
+"""Typed, frozen configuration tree loaded from YAML recipes.
+
+A recipe may name one parent with ``defaults: other.yaml`` (resolved relative to the recipe); its keys are
+merged over the parent's. Command-line overrides ``section.key=value`` are parsed as YAML scalars and merged
+last. The merged mapping is then converted into the dataclass tree below: unknown keys and wrong types fail
+with the full dotted key path, and cross-field rules are checked once here so no later code re-validates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A recipe or override is invalid; the message names the dotted key."""
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyModelConfig:
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 512
+    max_position_embeddings: int = 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    path: str | None = None
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    kind: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    total_steps: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationConfig:
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    val_greedy: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    train_global_batch_size: int = 32
+    train_micro_batch_size: int = 32
+    logprob_batch_size: int = 64
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-3))
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    train_global_batch_size: int = 32
+    train_micro_batch_size: int = 32
+    inference_batch_size: int = 64
+    max_grad_norm: float = 1.0
+    head_init_std: float = 0.02
+    shift_values: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    seed: int = 0
+    max_num_steps: int = 50
+    num_prompts_per_step: int = 64
+    num_generations_per_prompt: int = 1
+    ppo_epochs: int = 1
+    policy_training_start_step: int = 0
+    gamma: float = 1.0
+    lambda_value: float = 1.0
+    lambda_policy: float = 1.0
+    length_adaptive_alpha: float = 0.0
+    normalize_advantages: bool = True
+    val_period: int = 10
+    val_at_start: bool = True
+    max_val_samples: int = 256
+    val_batch_size: int = 256
+    init_from_sft: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    ratio_clip_low: float = 0.2
+    ratio_clip_high: float = 0.2
+    ratio_clip_c: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_in_reward: bool = False
+    value_clip: float | None = 0.5
+    value_loss_scale: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyMathConfig:
+    max_number: int = 20
+    min_ops: int = 1
+    max_ops: int = 2
+    validation_seed: int = 12345
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    path: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    task: Literal["gsm8k", "tiny_math"] = "tiny_math"
+    train: DatasetConfig = field(default_factory=DatasetConfig)
+    validation: DatasetConfig = field(default_factory=DatasetConfig)
+    tiny_math: TinyMathConfig = field(default_factory=TinyMathConfig)
+    system_prompt: str | None = None
+    max_prompt_tokens: int = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class CarelessStageConfig:
+    num_steps: int = 0
+    lr: float = 3e-4
+    careless_fraction: float = 0.6
+
+
+@dataclass(frozen=True, kw_only=True)
+class SFTConfig:
+    output_dir: str = "runs/sft"
+    num_steps: int = 500
+    batch_size: int = 32
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30)
+    )
+    max_grad_norm: float = 1.0
+    careless_stage: CarelessStageConfig = field(default_factory=CarelessStageConfig)
+    log_period: int = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoggerConfig:
+    log_dir: str = "runs/ppo"
+    tensorboard: bool = True
+    progress: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointingConfig:
+    enabled: bool = True
+    checkpoint_dir: str = "runs/ppo/checkpoints"
+    save_period: int = 10
+    keep_last: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    num_nodes: int = 1
+    workers_per_node: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    value: ValueConfig = field(default_factory=ValueConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    checkpointing: CheckpointingConfig = field(default_factory=CheckpointingConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.ppo.num_prompts_per_step * self.ppo.num_generations_per_prompt
+
+    @property
+    def policy_init_path(self) -> str | None:
+        """Where the policy's weights come from: the SFT output when PPO starts from SFT."""
+        return self.sft.output_dir if self.ppo.init_from_sft else self.policy.model.path
+
+    @property
+    def value_init_path(self) -> str | None:
+        """The critic's backbone: its own path if set, else the policy's starting point (or a tiny random model)."""
+        return self.value.model.path or self.policy_init_path
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(dataclasses.asdict(self))
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a recipe (with its ``defaults:`` chain), apply ``key=value`` overrides, validate, freeze."""
+    tree = _read_recipe(Path(recipe), seen=())
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{item}: overrides are written section.key=value")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+    cfg = _build(Config, tree, path="")
+    _check(cfg)
+    return cfg
+
+
+def from_dict(tree: dict[str, Any]) -> Config:
+    """Build and validate a config from an already merged mapping (e.g. one saved in a checkpoint)."""
+    cfg = _build(Config, tree, path="")
+    _check(cfg)
+    return cfg
+
+
+def _read_recipe(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"recipe: file not found: {path}")
+    if path.resolve() in seen:
+        raise ConfigError(f"defaults: inheritance cycle through {path}")
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe: {path} is not valid YAML: {err}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"recipe: {path} must hold a mapping at the top level")
+    parent = tree.pop("defaults", None)
+    if parent is None:
+        return tree
+    base = _read_recipe(path.parent / parent, seen + (path.resolve(),))
+    return _merge(base, tree)
+
+
+def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in delta.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for name in parents:
+        child = node.setdefault(name, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{dotted}: {name} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def _build(cls: type, tree: Any, path: str) -> Any:
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path or 'config'}: expected a section (mapping), got {tree!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(tree) - names)
+    if unknown:
+        raise ConfigError(f"{_join(path, unknown[0])}: unknown key")
+    kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in tree.items()}
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, path)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, path)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: must be one of {list(args)}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{path}: expected a list of {len(args)} values, got {value!r}")
+        return tuple(_coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if hint is bool or hint is str:
+        if not isinstance(value, hint):
+            raise ConfigError(f"{path}: expected {hint.__name__}, got {value!r}")
+        return value
+    raise AssertionError(f"unsupported config type {hint} at {path}")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def _require(ok: bool, key: str, problem: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {problem}")
+
+
+def _check(cfg: Config) -> None:
+    """Cross-field and range rules, checked once at load."""
+    ppo, loss = cfg.ppo, cfg.loss
+    for key, value in [
+        ("ppo.max_num_steps", ppo.max_num_steps),
+        ("ppo.num_prompts_per_step", ppo.num_prompts_per_step),
+        ("ppo.num_generations_per_prompt", ppo.num_generations_per_prompt),
+        ("ppo.ppo_epochs", ppo.ppo_epochs),
+        ("ppo.val_period", ppo.val_period),
+        ("ppo.max_val_samples", ppo.max_val_samples),
+        ("ppo.val_batch_size", ppo.val_batch_size),
+        ("policy.generation.max_new_tokens", cfg.policy.generation.max_new_tokens),
+        ("policy.logprob_batch_size", cfg.policy.logprob_batch_size),
+        ("value.inference_batch_size", cfg.value.inference_batch_size),
+        ("checkpointing.save_period", cfg.checkpointing.save_period),
+        ("checkpointing.keep_last", cfg.checkpointing.keep_last),
+        ("sft.batch_size", cfg.sft.batch_size),
+        ("data.max_prompt_tokens", cfg.data.max_prompt_tokens),
+        ("cluster.num_nodes", cfg.cluster.num_nodes),
+        ("cluster.workers_per_node", cfg.cluster.workers_per_node),
+    ]:
+        _require(value >= 1, key, f"must be >= 1, got {value}")
+    _require(ppo.policy_training_start_step >= 0, "ppo.policy_training_start_step", "must be >= 0")
+    _require(0.0 <= ppo.gamma <= 1.0, "ppo.gamma", f"must be in [0, 1], got {ppo.gamma}")
+    for key, lam in [("ppo.lambda_value", ppo.lambda_value), ("ppo.lambda_policy", ppo.lambda_policy)]:
+        _require(0.0 <= lam <= 1.0, key, f"must be in [0, 1], got {lam}")
+    _require(ppo.length_adaptive_alpha >= 0.0, "ppo.length_adaptive_alpha", "must be >= 0")
+    _require(0.0 <= loss.ratio_clip_low < 1.0, "loss.ratio_clip_low", "must be in [0, 1)")
+    _require(loss.ratio_clip_high >= 0.0, "loss.ratio_clip_high", "must be >= 0")
+    _require(loss.ratio_clip_c is None or loss.ratio_clip_c > 1.0, "loss.ratio_clip_c", "must be > 1 or null")
+    _require(loss.kl_coef >= 0.0, "loss.kl_coef", "must be >= 0")
+    _require(loss.value_clip is None or loss.value_clip > 0.0, "loss.value_clip", "must be > 0 or null")
+    _require(loss.value_loss_scale > 0.0, "loss.value_loss_scale", "must be > 0")
+    gen = cfg.policy.generation
+    _require(gen.temperature > 0.0, "policy.generation.temperature", "must be > 0")
+    _require(0.0 < gen.top_p <= 1.0, "policy.generation.top_p", "must be in (0, 1]")
+    for section, worker in [("policy", cfg.policy), ("value", cfg.value)]:
+        _check_optimizer(f"{section}.optimizer", worker.optimizer)
+        _check_batches(cfg, section, worker.train_global_batch_size, worker.train_micro_batch_size)
+        _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
+    _check_optimizer("sft.optimizer", cfg.sft.optimizer)
+    _require(0.0 <= cfg.sft.careless_stage.careless_fraction <= 1.0,
+             "sft.careless_stage.careless_fraction", "must be in [0, 1]")
+    tiny = cfg.data.tiny_math
+    _require(tiny.max_number >= 2, "data.tiny_math.max_number", "must be >= 2")
+    _require(1 <= tiny.min_ops <= tiny.max_ops, "data.tiny_math.min_ops",
+             "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops")
+    if cfg.data.task == "gsm8k":
+        _require(cfg.data.train.path is not None, "data.train.path", "required when data.task is gsm8k")
+        _require(cfg.data.validation.path is not None, "data.validation.path",
+                 "required when data.task is gsm8k")
+
+
+def _check_optimizer(key: str, opt: OptimizerConfig) -> None:
+    _require(opt.lr > 0.0, f"{key}.lr", f"must be > 0, got {opt.lr}")
+    _require(opt.weight_decay >= 0.0, f"{key}.weight_decay", "must be >= 0")
+    _require(all(0.0 <= b < 1.0 for b in opt.betas), f"{key}.betas", "each must be in [0, 1)")
+    _require(opt.eps > 0.0, f"{key}.eps", "must be > 0")
+
+
+def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int) -> None:
+    gkey, mkey = f"{section}.train_global_batch_size", f"{section}.train_micro_batch_size"
+    _require(global_batch >= 1 and micro_batch >= 1, gkey, "batch sizes must be >= 1")
+    _require(cfg.samples_per_step % global_batch == 0, gkey,
+             f"{global_batch} must divide ppo.num_prompts_per_step * ppo.num_generations_per_prompt "
+             f"= {cfg.samples_per_step}")
+    _require(global_batch % micro_batch == 0, mkey,
+             f"{micro_batch} must divide {gkey} = {global_batch}")

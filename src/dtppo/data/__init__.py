@@ -1,0 +1,1 @@
+"""Problems (question, worked solution, final answer), their sources and the prompt loader."""

@@ -1,0 +1,82 @@
+"""Training and validation sources for a config, a resumable prompt loader, and prompt formatting."""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from transformers import PreTrainedTokenizerBase
+
+from dtppo.config import Config
+from dtppo.data.gsm8k import load_gsm8k
+from dtppo.data.problem import Problem
+from dtppo.data.tiny_math import TinyMathStream, validation_set
+
+
+class ProblemSource(Protocol):
+    def __getitem__(self, index: int) -> Problem: ...
+
+
+class PromptLoader:
+    """Yields batches of problems; its whole position is ``state_dict()`` so a resume continues exactly.
+
+    A finite list is walked in a fresh seeded permutation each epoch; an unlimited stream in index order.
+    """
+
+    def __init__(self, source: ProblemSource | list[Problem], seed: int):
+        self.source, self.seed = source, seed
+        self.epoch, self.offset = 0, 0
+        self._order = self._permutation()
+
+    def _permutation(self) -> list[int] | None:
+        if not isinstance(self.source, list):
+            return None
+        order = list(range(len(self.source)))
+        random.Random(self.seed * 7919 + self.epoch).shuffle(order)
+        return order
+
+    def next_batch(self, size: int) -> list[Problem]:
+        batch = []
+        for _ in range(size):
+            if self._order is None:
+                batch.append(self.source[self.offset])
+            else:
+                if self.offset == len(self._order):
+                    self.epoch, self.offset = self.epoch + 1, 0
+                    self._order = self._permutation()
+                batch.append(self.source[self._order[self.offset]])
+            self.offset += 1
+        return batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+        self._order = self._permutation()
+
+
+def build_sources(cfg: Config, careless_fraction: float = 0.0) -> tuple[ProblemSource | list[Problem], list[Problem]]:
+    """(training source, validation problems) for ``cfg.data``."""
+    data = cfg.data
+    if data.task == "gsm8k":
+        return load_gsm8k(data.train.path), load_gsm8k(data.validation.path, limit=cfg.ppo.max_val_samples)
+    validation = validation_set(data.tiny_math, cfg.ppo.max_val_samples)
+    exclude = {p.question for p in validation}
+    return TinyMathStream(data.tiny_math, cfg.ppo.seed, careless_fraction, exclude), validation
+
+
+def format_prompt(tokenizer: PreTrainedTokenizerBase, question: str, system_prompt: str | None) -> str:
+    """The prompt text through the tokenizer's chat template (ours or the model's)."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": question})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, problems: list[Problem], system_prompt: str | None, max_tokens: int
+) -> list[list[int]]:
+    """Token ids of each prompt; a prompt over ``max_tokens`` keeps its last ``max_tokens`` tokens."""
+    texts = [format_prompt(tokenizer, p.question, system_prompt) for p in problems]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [row[-max_tokens:] for row in ids]

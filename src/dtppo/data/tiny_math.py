@@ -1,0 +1,82 @@
+"""Seeded synthetic multi-step arithmetic word problems in GSM8K format (unlimited, deterministic).
+
+Problem i of a stream depends only on (seed, i), so a loader's position is one integer and resuming is exact.
+The held-out validation set is drawn from its own seed and excluded from every training stream.
+"""
+
+from __future__ import annotations
+
+import random
+
+from dtppo.config import TinyMathConfig
+from dtppo.data.problem import Problem
+
+NAMES = [
+    ("Tom", "He"), ("Anna", "She"), ("Ben", "He"), ("Mia", "She"), ("Sam", "He"), ("Lily", "She"),
+    ("Max", "He"), ("Emma", "She"), ("Leo", "He"), ("Zoe", "She"), ("Jack", "He"), ("Ella", "She"),
+    ("Noah", "He"), ("Ruby", "She"), ("Owen", "He"), ("Grace", "She"),
+]
+OBJECTS = [
+    "apples", "pens", "books", "cards", "coins", "shells", "stickers", "marbles",
+    "cookies", "balloons", "stamps", "rocks", "toys", "candies", "flowers", "eggs",
+]
+ADD_PHRASES = ["buys {n} more", "finds {n} more", "gets {n} more", "wins {n} more", "picks up {n} more"]
+SUB_PHRASES = ["gives away {n}", "loses {n}", "sells {n}", "drops {n}", "gives {n} to a friend"]
+
+
+def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False) -> Problem:
+    """One problem. ``careless`` gives the planted flaw: a bare ``#### N`` with N the value before the last
+    operation, which is always wrong (used only by the optional careless SFT stage)."""
+    name, pronoun = rng.choice(NAMES)
+    obj = rng.choice(OBJECTS)
+    start = value = rng.randint(1, cfg.max_number)
+    clauses, lines, before_last = [], [], value
+    for _ in range(rng.randint(cfg.min_ops, cfg.max_ops)):
+        before_last = value
+        n = rng.randint(1, cfg.max_number)
+        if value - n >= 0 and rng.random() < 0.5:
+            clauses.append(rng.choice(SUB_PHRASES).format(n=n))
+            lines.append(f"{value} - {n} = {value - n}")
+            value -= n
+        else:
+            clauses.append(rng.choice(ADD_PHRASES).format(n=n))
+            lines.append(f"{value} + {n} = {value + n}")
+            value += n
+    question = (
+        f"{name} has {start} {obj}. {pronoun} {', then '.join(clauses)}. "
+        f"How many {obj} does {name} have now?"
+    )
+    solution = f"#### {before_last}" if careless else "\n".join(lines + [f"#### {value}"])
+    return Problem(question=question, solution=solution, answer=str(value))
+
+
+def _rng(seed: int, index: int) -> random.Random:
+    return random.Random(seed * 1_000_003 + index)
+
+
+class TinyMathStream:
+    """Unlimited training problems; ``self[i]`` is deterministic in (seed, i) and never a validation question."""
+
+    def __init__(self, cfg: TinyMathConfig, seed: int, careless_fraction: float = 0.0, exclude: set[str] = frozenset()):
+        self.cfg, self.seed, self.careless_fraction, self.exclude = cfg, seed, careless_fraction, exclude
+
+    def __getitem__(self, index: int) -> Problem:
+        rng = _rng(self.seed, index)
+        for _ in range(1000):
+            careless = rng.random() < self.careless_fraction
+            problem = make_problem(rng, self.cfg, careless)
+            if problem.question not in self.exclude:
+                return problem
+        raise RuntimeError("tiny-math task space exhausted by the validation set; raise data.tiny_math.max_number")
+
+
+def validation_set(cfg: TinyMathConfig, size: int) -> list[Problem]:
+    """The held-out problems: distinct questions drawn from ``cfg.validation_seed``."""
+    rng = random.Random(cfg.validation_seed)
+    seen: dict[str, Problem] = {}
+    for _ in range(size * 100):
+        problem = make_problem(rng, cfg)
+        seen.setdefault(problem.question, problem)
+        if len(seen) == size:
+            break
+    return list(seen.values())

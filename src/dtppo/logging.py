@@ -1,0 +1,84 @@
+"""Metrics sinks: JSONL (flushed every step), TensorBoard, and a one-line-per-step console progress with ETA."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+CONSOLE_KEYS = [
+    ("sft/loss", "loss"),
+    ("sft/accuracy", "sft_acc"),
+    ("train/reward", "reward"),
+    ("validation/accuracy", "val_acc"),
+    ("train/critic/explained_var", "EV"),
+    ("train/critic/loss", "vf_loss"),
+    ("train/mean_gen_tokens_per_sample", "len"),
+]
+
+
+class MetricsLogger:
+    """Writes ``<log_dir>/metrics.jsonl`` (one object per step with "step") and TensorBoard events there.
+
+    On resume, pass ``resume_step``: lines of later steps (written after the last checkpoint, before a
+    crash) are dropped so the file holds each step once.
+    """
+
+    def __init__(self, log_dir: str | Path, total_steps: int, tensorboard: bool = True, progress: bool = True,
+                 resume_step: int = 0):
+        self.dir = Path(log_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "metrics.jsonl"
+        self._truncate_after(resume_step)
+        self.file = self.path.open("a", encoding="utf-8")
+        self.total_steps, self.progress = total_steps, progress
+        self.start_step, self.start_time = resume_step, time.monotonic()
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(self.dir))
+
+    def _truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()}}
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.writer is not None:
+            for name, value in metrics.items():
+                self.writer.add_scalar(name, value, step)
+            self.writer.flush()
+        if self.progress:
+            print(self._progress_line(step, metrics), file=sys.stdout, flush=True)
+
+    def _progress_line(self, step: int, metrics: dict[str, float]) -> str:
+        done = max(step - self.start_step, 1)
+        per_step = (time.monotonic() - self.start_time) / done
+        eta = per_step * max(self.total_steps - step, 0)
+        frac = step / max(self.total_steps, 1)
+        bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
+        shown = " ".join(f"{short} {metrics[key]:.3f}" for key, short in CONSOLE_KEYS if key in metrics)
+        return f"step {step:>4}/{self.total_steps} [{bar}] {shown} | {per_step:.2f}s/step ETA {_duration(eta)}"
+
+    def close(self) -> None:
+        self.file.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def read_metrics(log_dir: str | Path) -> list[dict]:
+    """All records of ``<log_dir>/metrics.jsonl``."""
+    path = Path(log_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

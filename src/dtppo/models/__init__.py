@@ -1,0 +1,1 @@
+"""Model builders: causal LM policy, character tokenizer, value model (backbone + scalar head)."""

@@ -1,0 +1,37 @@
+"""Build the policy: an HF causal LM from a local directory or from the tiny Qwen2 config."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+
+from dtppo.config import TinyModelConfig
+
+
+def tiny_qwen2_config(tiny: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=tiny.hidden_size,
+        num_hidden_layers=tiny.num_layers,
+        num_attention_heads=tiny.num_heads,
+        num_key_value_heads=tiny.num_kv_heads,
+        intermediate_size=tiny.intermediate_size,
+        max_position_embeddings=tiny.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+    )
+
+
+def build_causal_lm(
+    path: str | None, tiny: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int, seed: int
+) -> PreTrainedModel:
+    """fp32 causal LM from the HF directory ``path``, else a random tiny Qwen2 seeded with ``seed``."""
+    if path is not None:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        config = tiny_qwen2_config(tiny, vocab_size, pad_id, eos_id)
+        config._attn_implementation = "sdpa"
+        return Qwen2ForCausalLM(config)

@@ -1,0 +1,41 @@
+"""A character-level tokenizer defined by the project, saved and loaded in HF format.
+
+Tiny models need no download: every printable ASCII character and newline is one token, plus PAD, EOS and
+UNK. It is a real ``PreTrainedTokenizerFast`` with a chat template, so the rest of dtppo treats it exactly
+like a hub tokenizer (Qwen's) loaded from a directory.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+
+# The tiny tasks' prompt format: an optional system line, the question, then "\nAnswer: ".
+CHAR_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['content'] }}{% if m['role'] == 'system' %}{{ '\\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '\\nAnswer: ' }}{% endif %}"
+)
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    chars = ["\n"] + [chr(c) for c in range(32, 127)]
+    vocab = {PAD: 0, EOS: 1, UNK: 2} | {ch: i + 3 for i, ch in enumerate(chars)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    tok.chat_template = CHAR_CHAT_TEMPLATE
+    tok.padding_side = "right"
+    return tok
+
+
+def load_tokenizer(path: str | None) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``path`` (an HF model directory or hub name), or the character tokenizer when None."""
+    if path is None:
+        return build_char_tokenizer()
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok

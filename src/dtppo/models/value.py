@@ -1,0 +1,69 @@
+"""ValueModel: any HF base model plus a scalar head, returning V(s_t) aligned to the state before token t."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, PreTrainedModel
+
+from dtppo.algorithms.advantages import right_shift_values
+
+
+class ValueModel(nn.Module):
+    """Critic = backbone + ``score`` Linear(hidden, 1).
+
+    backbone: an HF base model (e.g. ``Qwen2Model``) returning ``last_hidden_state``.
+    seed: the head is drawn from its own generator seeded with ``seed``, so every launch, layout and
+    process gets the same fresh head regardless of what consumed the global RNG before.
+    shift: True gives V(s_t) (SPEC §2); False exists only for the value-alignment experiment.
+    """
+
+    def __init__(self, backbone: PreTrainedModel, seed: int = 0, init_std: float = 0.02, shift: bool = True):
+        super().__init__()
+        self.backbone = backbone
+        self.score = nn.Linear(backbone.config.hidden_size, 1)
+        self.shift = shift
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            self.score.weight.copy_(torch.randn(self.score.weight.shape, generator=generator) * init_std)
+            self.score.bias.zero_()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Head output at every position (unshifted). input_ids, attention_mask: [B, T] -> [B, T] float32."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.score(hidden).squeeze(-1).float()
+
+    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """V(s_t) for every position: the head's output at t-1, 0 at t=0. [B, T] -> [B, T] float32."""
+        head = self(input_ids, attention_mask)
+        return right_shift_values(head) if self.shift else head
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write an HF token-classification checkpoint (num_labels=1) that ``transformers`` loads directly."""
+        config = AutoConfig.for_model(**self.backbone.config.to_dict())
+        config.num_labels = 1
+        config.id2label, config.label2id = {0: "value"}, {"value": 0}
+        export = AutoModelForTokenClassification.from_config(config)
+        getattr(export, export.base_model_prefix).load_state_dict(self.backbone.state_dict())
+        export.score.load_state_dict(self.score.state_dict())
+        export.save_pretrained(str(path))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, shift: bool = True) -> ValueModel:
+        """Load a checkpoint written by :meth:`save_pretrained` (or any HF token-classification critic)."""
+        loaded = AutoModelForTokenClassification.from_pretrained(str(path), dtype=torch.float32)
+        model = cls(getattr(loaded, loaded.base_model_prefix), shift=shift)
+        model.score.load_state_dict(loaded.score.state_dict())
+        return model
+
+
+def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedModel:
+    """A base model (no LM head) from ``path``, or randomly initialised from ``config`` with ``seed``."""
+    if path is not None:
+        return AutoModel.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        config._attn_implementation = "sdpa"
+        return AutoModel.from_config(config)

@@ -1,0 +1,1 @@
+"""Reward functions that score sampled responses against reference answers."""

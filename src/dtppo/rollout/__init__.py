@@ -1,0 +1,1 @@
+"""Generation backends: the torch KV-cache sampler."""

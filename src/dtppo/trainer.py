@@ -1,0 +1,218 @@
+"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (SPEC §3)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from dtppo import checkpoint
+from dtppo.algorithms.advantages import compute_advantages, length_adaptive_lambda, token_level_rewards
+from dtppo.algorithms.kl import kl_estimate
+from dtppo.algorithms.losses import explained_var
+from dtppo.config import Config
+from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.evaluation import decode_responses, evaluate
+from dtppo.logging import MetricsLogger
+from dtppo.metrics import mean_over, to_floats
+from dtppo.models.tokenizer import load_tokenizer
+from dtppo.ops import masked_max, masked_mean, masked_min
+from dtppo.rewards.scoring import score_responses
+from dtppo.rollout.sampler import SamplingParams, stream_key
+from dtppo.types import Experience
+from dtppo.workers.policy import PolicyWorker
+from dtppo.workers.value import ValueWorker
+
+
+class PhaseTimer:
+    """Wall time per named phase, reported as ``timing/<phase>`` seconds."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+
+class PPOTrainer:
+    """Owns the policy and value workers, the prompt loader and the step counter."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(cfg.policy_init_path)
+        self.policy = PolicyWorker(cfg, self.tokenizer)
+        self.value = ValueWorker(cfg, self.tokenizer)
+        train_source, self.validation_problems = build_sources(cfg)
+        self.loader = PromptLoader(train_source, cfg.ppo.seed)
+        self.steps_done = 0
+
+    # ------------------------------------------------------------------------------------------ one step
+
+    def step(self) -> dict[str, float]:
+        """One PPO iteration: rollout, reward, values, advantages, critic update, policy update."""
+        cfg, timer = self.cfg, PhaseTimer()
+        step_start = time.perf_counter()
+
+        with timer("prompts"):
+            problems = self.loader.next_batch(cfg.ppo.num_prompts_per_step)
+            problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
+            prompts = encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+
+        with timer("generation"):
+            self.policy.prepare_for_inference()
+            experience = self.policy.generate(
+                prompts, self._sampling_params(), stream_key(cfg.ppo.seed, self.steps_done),
+                torch.arange(len(prompts)),
+            )
+
+        with timer("reward"):
+            responses = decode_responses(self.tokenizer, experience)
+            experience = experience.replace(rewards=score_responses(responses, [p.answer for p in problems]))
+
+        with timer("value_inference"):
+            self.value.prepare_for_inference()
+            experience = experience.replace(old_values=self.value.get_values(experience))
+            self.value.finish_inference()
+
+        with timer("policy_logprobs"):
+            experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
+            if cfg.loss.kl_coef > 0.0:
+                experience = experience.replace(ref_logprobs=self.policy.get_reference_logprobs(experience))
+            self.policy.finish_inference()
+
+        with timer("advantages"):
+            experience = self._with_advantages(experience)
+
+        critic_runs, policy_runs = [], []
+        for _ in range(cfg.ppo.ppo_epochs):
+            with timer("critic_update"):
+                self.value.prepare_for_training()
+                critic_runs.append(self.value.train(experience))
+                self.value.finish_training()
+            if self.steps_done >= cfg.ppo.policy_training_start_step:
+                with timer("policy_update"):
+                    self.policy.prepare_for_training()
+                    policy_runs.append(self.policy.train(experience))
+                    self.policy.finish_training()
+
+        metrics = self._rollout_metrics(experience)
+        metrics |= {f"train/critic/{k}": v for k, v in mean_over(critic_runs).items()}
+        if policy_runs:
+            metrics |= {f"train/{k}": v for k, v in mean_over(policy_runs).items()}
+        metrics["train/skipped_steps"] = torch.tensor(float(self.policy.engine.skipped_steps))
+        metrics["train/critic/skipped_steps"] = torch.tensor(float(self.value.engine.skipped_steps))
+        step_seconds = time.perf_counter() - step_start
+        metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
+        metrics |= {f"timing/{phase}": torch.tensor(s) for phase, s in timer.seconds.items()}
+        metrics["timing/step"] = torch.tensor(step_seconds)
+        self.steps_done += 1
+        return to_floats(metrics)
+
+    def _sampling_params(self) -> SamplingParams:
+        gen = self.cfg.policy.generation
+        return SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=False)
+
+    def _with_advantages(self, experience: Experience) -> Experience:
+        """Token rewards (with in-reward KL if configured), then decoupled GAE and whitening."""
+        cfg = self.cfg
+        mask = experience.response_mask
+        kl = None
+        if cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward:
+            kl = kl_estimate(cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
+        token_rewards = token_level_rewards(experience.rewards, mask, kl, cfg.loss.kl_coef)
+        lambda_policy: float | torch.Tensor = cfg.ppo.lambda_policy
+        if cfg.ppo.length_adaptive_alpha > 0.0:
+            lambda_policy = length_adaptive_lambda(mask.sum(-1), cfg.ppo.length_adaptive_alpha)
+        advantages, returns = compute_advantages(
+            token_rewards, experience.old_values, mask, cfg.ppo.gamma, lambda_policy, cfg.ppo.lambda_value,
+            cfg.ppo.normalize_advantages,
+        )
+        return experience.replace(advantages=advantages, returns=returns)
+
+    def _rollout_metrics(self, experience: Experience) -> dict[str, torch.Tensor]:
+        """Metrics of the samples themselves and of the critic's predictions before its update."""
+        mask = experience.response_mask
+        lengths = mask.sum(-1)
+        metrics = {
+            "train/reward": experience.rewards.mean(),
+            "train/advantages/mean": masked_mean(experience.advantages, mask),
+            "train/advantages/min": masked_min(experience.advantages, mask),
+            "train/advantages/max": masked_max(experience.advantages, mask),
+            "train/token_mult_prob_error": masked_mean(
+                torch.exp((experience.gen_logprobs - experience.old_logprobs).abs()), mask
+            ),
+            "train/mean_gen_tokens_per_sample": lengths.mean(),
+            "train/truncation_rate": experience.truncated.float().mean(),
+            "train/critic/values_mean": masked_mean(experience.old_values, mask),
+            "train/critic/values_min": masked_min(experience.old_values, mask),
+            "train/critic/values_max": masked_max(experience.old_values, mask),
+            "train/critic/returns_mean": masked_mean(experience.returns, mask),
+            "train/critic/explained_var": explained_var(experience.returns, experience.old_values, mask),
+        }
+        if experience.ref_logprobs is not None:
+            kl = kl_estimate(self.cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
+            metrics["train/kl_penalty"] = masked_mean(kl, mask)
+        return metrics
+
+    # ------------------------------------------------------------------------------------------ the run
+
+    def validate(self) -> dict[str, float]:
+        start = time.perf_counter()
+        result = evaluate(self.policy.model, self.tokenizer, self.validation_problems, self.cfg, self.steps_done)
+        return {
+            "validation/accuracy": result.accuracy,
+            "validation/avg_length": result.avg_length,
+            "timing/validation": time.perf_counter() - start,
+        }
+
+    def fit(self) -> list[dict[str, float]]:
+        """Run until ``ppo.max_num_steps``, resuming from the latest complete checkpoint if there is one."""
+        cfg = self.cfg
+        self.maybe_resume()
+        logger = MetricsLogger(cfg.logger.log_dir, cfg.ppo.max_num_steps, cfg.logger.tensorboard,
+                               cfg.logger.progress, resume_step=self.steps_done)
+        history = []
+        try:
+            if self.steps_done == 0 and cfg.ppo.val_at_start:
+                logger.log(0, self.validate())
+            while self.steps_done < cfg.ppo.max_num_steps:
+                metrics = self.step()
+                last = self.steps_done == cfg.ppo.max_num_steps
+                if self.steps_done % cfg.ppo.val_period == 0 or last:
+                    metrics |= self.validate()
+                logger.log(self.steps_done, metrics)
+                history.append(metrics)
+                if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last):
+                    self.save()
+        finally:
+            logger.close()
+        return history
+
+    def save(self) -> Path:
+        state = {
+            "policy": self.policy.save_checkpoint(),
+            "value": self.value.save_checkpoint(),
+            "loader": self.loader.state_dict(),
+            "rng": checkpoint.rng_state(),
+            "steps_done": self.steps_done,
+        }
+        ckpt = self.cfg.checkpointing
+        return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, state, self.cfg.to_dict(), ckpt.keep_last)
+
+    def maybe_resume(self) -> None:
+        ckpt = self.cfg.checkpointing
+        step = checkpoint.latest_step(ckpt.checkpoint_dir) if ckpt.enabled else None
+        if step is None:
+            return
+        state, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}")
+        self.policy.load_checkpoint(state["policy"])
+        self.value.load_checkpoint(state["value"])
+        self.loader.load_state_dict(state["loader"])
+        checkpoint.set_rng_state(state["rng"])
+        self.steps_done = int(state["steps_done"])
+        print(f"resumed from {ckpt.checkpoint_dir}/step_{step}", flush=True)

@@ -1,0 +1,102 @@
+"""PolicyWorker: generates rollouts, recomputes log-probs, and trains the actor with the clipped PPO loss."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from dtppo.algorithms.losses import policy_loss
+from dtppo.config import Config
+from dtppo.models.causal_lm import build_causal_lm
+from dtppo.ops import logprobs_from_logits
+from dtppo.rollout.sampler import SamplingParams, generate
+from dtppo.types import Experience
+from dtppo.workers.engine import TrainEngine
+
+
+class PolicyWorker:
+    """Owns the policy model, its optimizer and (when KL is used) a frozen reference copy.
+
+    Log-probs are taken under ``softmax(logits / temperature)``, the distribution generation samples from,
+    so ``train/token_mult_prob_error`` measures only numerical drift.
+    """
+
+    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase):
+        torch.manual_seed(cfg.ppo.seed)
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.temperature = cfg.policy.generation.temperature
+        self.model = build_causal_lm(
+            cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
+            tokenizer.eos_token_id, cfg.ppo.seed,
+        )
+        self.engine = TrainEngine(self.model, cfg.policy.optimizer, cfg.policy.scheduler, cfg.policy.max_grad_norm)
+        self.reference = None
+        if cfg.loss.kl_coef > 0.0:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+
+    # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
+    def prepare_for_inference(self) -> None:
+        self.model.eval()
+
+    def finish_inference(self) -> None:
+        pass
+
+    def prepare_for_training(self) -> None:
+        self.model.train()
+
+    def finish_training(self) -> None:
+        self.model.eval()
+
+    # ---- inference
+    def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
+        return generate(self.model, prompts, params, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
+                        key, sample_ids)
+
+    @torch.no_grad()
+    def get_logprobs(self, experience: Experience) -> torch.Tensor:
+        """log π(x_t | x_<t) of the current policy. Returns [B, T] float32, 0 at t=0."""
+        return self._logprobs(self.model, experience)
+
+    @torch.no_grad()
+    def get_reference_logprobs(self, experience: Experience) -> torch.Tensor:
+        """Log-probs of the frozen reference policy. Returns [B, T] float32."""
+        assert self.reference is not None, "reference log-probs need loss.kl_coef > 0"
+        return self._logprobs(self.reference, experience)
+
+    def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:
+        size = self.cfg.policy.logprob_batch_size
+        chunks = []
+        for start in range(0, experience.batch_size, size):
+            rows = slice(start, start + size)
+            logits = model(input_ids=experience.input_ids[rows], attention_mask=experience.attention_mask[rows]).logits
+            chunks.append(logprobs_from_logits(logits / self.temperature, experience.input_ids[rows]))
+        return torch.cat(chunks)
+
+    # ---- training
+    def train(self, experience: Experience) -> dict[str, torch.Tensor]:
+        """One epoch of clipped PPO over ``experience`` (needs old_logprobs and advantages)."""
+        loss_cfg = self.cfg.loss
+
+        def loss_fn(micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            logits = self.model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
+            logprobs = logprobs_from_logits(logits / self.temperature, micro.input_ids)
+            return policy_loss(
+                logprobs, micro.old_logprobs, micro.advantages, micro.response_mask,
+                loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,
+                micro.ref_logprobs, 0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef, loss_cfg.kl_estimator,
+            )
+
+        return self.engine.train(
+            experience, loss_fn, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
+        )
+
+    # ---- checkpoints
+    def save_checkpoint(self) -> dict:
+        return self.engine.state_dict()
+
+    def load_checkpoint(self, state: dict) -> None:
+        self.engine.load_state_dict(state)
+

@@ -1,0 +1,121 @@
+import pytest
+import torch
+
+from dtppo.algorithms.advantages import (
+    compute_advantages,
+    compute_gae,
+    length_adaptive_lambda,
+    right_shift_values,
+    token_level_rewards,
+    whiten,
+)
+
+
+def test_right_shift_values_2d():
+    v = torch.tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]])
+    assert torch.equal(right_shift_values(v), torch.tensor([[0.0, 1, 2, 3], [0, 5, 6, 7]]))
+
+
+def test_right_shift_values_keeps_trailing_dim():
+    v = torch.tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]]).unsqueeze(-1)
+    out = right_shift_values(v)
+    assert out.shape == (2, 4, 1)
+    assert torch.equal(out.squeeze(-1), torch.tensor([[0.0, 1, 2, 3], [0, 5, 6, 7]]))
+
+
+def test_gae_gamma_lambda_zero_is_one_step_td():
+    # γ = λ = 0: A_t = r_t − V_t at every valid token.
+    r = torch.tensor([[0.0, 0.0, 1.0, 0.0]])
+    v = torch.tensor([[0.5, 0.2, 0.3, 9.0]])
+    m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    adv, ret = compute_gae(r, v, m, gamma=0.0, lam=0.0)
+    assert torch.allclose(adv, torch.tensor([[-0.5, -0.2, 0.7, 0.0]]))
+    assert torch.allclose(ret, torch.tensor([[0.0, 0.0, 1.0, 0.0]]))
+
+
+def test_gae_gamma_lambda_one_gives_monte_carlo_returns():
+    r = torch.tensor([[0.0, 0.5, 0.0, 2.0], [1.0, 0.0, 3.0, 0.0]])
+    v = torch.tensor([[0.3, -0.2, 0.7, 0.1], [0.4, 0.4, 0.4, 0.4]])
+    m = torch.tensor([[1.0, 1, 1, 1], [1, 1, 1, 0]])
+    adv, ret = compute_gae(r, v, m, gamma=1.0, lam=1.0)
+    expected_returns = torch.tensor([[2.5, 2.5, 2.0, 2.0], [4.0, 3.0, 3.0, 0.0]])
+    assert torch.allclose(ret, expected_returns)
+    assert torch.allclose(adv, (expected_returns - v) * m)
+
+
+def test_gae_hand_computed_gamma_lambda():
+    # γ = 0.9, λ = 0.5, three valid tokens, reward 1 at the end, no bootstrap past the last token.
+    r = torch.tensor([[0.0, 0.0, 1.0]])
+    v = torch.tensor([[0.2, 0.4, 0.6]])
+    m = torch.ones(1, 3)
+    adv, _ = compute_gae(r, v, m, gamma=0.9, lam=0.5)
+    d2 = 1.0 - 0.6
+    d1 = 0.0 + 0.9 * 0.6 - 0.4
+    d0 = 0.0 + 0.9 * 0.4 - 0.2
+    a2 = d2
+    a1 = d1 + 0.45 * a2
+    a0 = d0 + 0.45 * a1
+    assert torch.allclose(adv, torch.tensor([[a0, a1, a2]]))
+
+
+@pytest.mark.parametrize("poison", [999.0, float("nan"), -1e9])
+def test_gae_masked_gap_is_skipped(poison):
+    # A gap (masked interior position) must act as if absent: a poison value there changes nothing.
+    r = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
+    m = torch.tensor([[1.0, 0.0, 1.0, 1.0]])
+    v_clean = torch.tensor([[0.1, 0.0, 0.3, 0.5]])
+    v_poison = v_clean.clone()
+    v_poison[0, 1] = poison
+    for gamma, lam in [(1.0, 1.0), (0.9, 0.8)]:
+        adv_a, ret_a = compute_gae(r, v_clean, m, gamma, lam)
+        adv_b, ret_b = compute_gae(r, v_poison, m, gamma, lam)
+        assert torch.equal(adv_a, adv_b) and torch.equal(ret_a, ret_b)
+        # and equals the same row with the gap removed
+        adv_c, _ = compute_gae(r[:, [0, 2, 3]], v_clean[:, [0, 2, 3]], torch.ones(1, 3), gamma, lam)
+        assert torch.allclose(adv_a[:, [0, 2, 3]], adv_c)
+        assert adv_a[0, 1] == 0
+
+
+def test_gae_per_sample_lambda_tensor():
+    r = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    v = torch.tensor([[0.2, 0.4, 0.6], [0.2, 0.4, 0.6]])
+    m = torch.ones(2, 3)
+    adv, _ = compute_gae(r, v, m, 0.9, torch.tensor([0.0, 1.0]))
+    adv0, _ = compute_gae(r[:1], v[:1], m[:1], 0.9, 0.0)
+    adv1, _ = compute_gae(r[1:], v[1:], m[1:], 0.9, 1.0)
+    assert torch.allclose(adv, torch.cat([adv0, adv1]))
+
+
+def test_decoupled_lambda_returns_from_value_lambda():
+    r = torch.tensor([[0.0, 0.0, 1.0]])
+    v = torch.tensor([[0.2, 0.4, 0.6]])
+    m = torch.ones(1, 3)
+    adv, ret = compute_advantages(r, v, m, 1.0, lambda_policy=0.5, lambda_value=1.0, normalize=False)
+    assert torch.allclose(ret, torch.ones(1, 3))  # λ_value = 1: Monte-Carlo
+    expected_adv, _ = compute_gae(r, v, m, 1.0, 0.5)
+    assert torch.allclose(adv, expected_adv)
+    assert not torch.allclose(adv + v, ret)
+
+
+def test_length_adaptive_lambda():
+    lam = length_adaptive_lambda(torch.tensor([1, 10, 100]), alpha=0.5)
+    assert torch.allclose(lam, torch.tensor([0.0, 0.8, 0.98]))
+
+
+def test_whiten_masked_mean_zero_unbiased_std_one():
+    torch.manual_seed(0)
+    x = torch.randn(4, 7) * 3 + 2
+    m = (torch.rand(4, 7) > 0.3).float()
+    w = whiten(x, m)
+    valid = w[m.bool()]
+    assert abs(valid.mean().item()) < 1e-6
+    assert abs(valid.std(unbiased=True).item() - 1) < 1e-5
+    assert torch.all(w[~m.bool()] == 0)
+
+
+def test_token_level_rewards_on_last_response_token_with_kl():
+    mask = torch.tensor([[0.0, 1, 1, 0], [0, 0, 1, 1]])
+    kl = torch.full((2, 4), 0.5)
+    out = token_level_rewards(torch.tensor([1.0, 2.0]), mask, kl, kl_coef=0.1)
+    assert torch.allclose(out, torch.tensor([[0.0, -0.05, 0.95, 0], [0, 0, -0.05, 1.95]]))
+    assert torch.equal(token_level_rewards(torch.tensor([3.0]), torch.zeros(1, 3)), torch.zeros(1, 3))

@@ -1,0 +1,92 @@
+import dataclasses
+
+import pytest
+
+from dtppo import config as config_lib
+from dtppo.config import ConfigError
+
+RECIPES = ["recipes/base.yaml", "recipes/tiny-math-cpu.yaml", "recipes/qwen2.5-1.5b-gsm8k-1n8g.yaml"]
+
+
+@pytest.fixture(autouse=True)
+def _cwd(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_recipe_loads(recipe):
+    cfg = config_lib.load(recipe)
+    assert cfg.ppo.max_num_steps >= 1
+
+
+def test_overrides_and_inheritance():
+    cfg = config_lib.load("recipes/tiny-math-cpu.yaml", ["ppo.max_num_steps=2", "loss.ratio_clip_c=3", "logger.log_dir=x"])
+    assert cfg.ppo.max_num_steps == 2 and cfg.loss.ratio_clip_c == 3.0 and cfg.logger.log_dir == "x"
+    assert cfg.ppo.init_from_sft  # from the recipe
+    assert cfg.value.optimizer.lr == 1e-3  # from base
+
+
+def test_config_is_frozen():
+    cfg = config_lib.load("recipes/base.yaml")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.ppo.seed = 3
+
+
+def test_gpu_recipe_mirrors_reference():
+    cfg = config_lib.load("recipes/qwen2.5-1.5b-gsm8k-1n8g.yaml")
+    assert cfg.policy.optimizer.lr == 1e-6 and cfg.value.optimizer.lr == 1e-5
+    assert cfg.ppo.num_prompts_per_step == 1024 and cfg.ppo.num_generations_per_prompt == 1
+    assert cfg.policy.train_global_batch_size == 256 and cfg.ppo.ppo_epochs == 1
+    assert (cfg.ppo.gamma, cfg.ppo.lambda_value, cfg.ppo.lambda_policy) == (1.0, 1.0, 1.0)
+    assert cfg.loss.value_clip == 0.5 and cfg.ppo.normalize_advantages and cfg.loss.kl_coef == 0.0
+    assert (cfg.loss.ratio_clip_low, cfg.loss.ratio_clip_high, cfg.loss.ratio_clip_c) == (0.2, 0.2, 3.0)
+    assert cfg.policy.generation.max_new_tokens == 512 and cfg.policy.generation.temperature == 1.0
+    assert cfg.ppo.val_period == 1 and cfg.ppo.max_val_samples == 256 and cfg.checkpointing.save_period == 10
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("ppo.max_num_stepz=2", "ppo.max_num_stepz"),
+        ("policy.optimizer.lr=-1", "policy.optimizer.lr"),
+        ("policy.optimizer.lr=abc", "policy.optimizer.lr"),
+        ("ppo.max_num_steps=1.5", "ppo.max_num_steps"),
+        ("ppo.max_num_steps=true", "ppo.max_num_steps"),
+        ("loss.kl_estimator=k9", "loss.kl_estimator"),
+        ("loss.ratio_clip_c=0.5", "loss.ratio_clip_c"),
+        ("loss.ratio_clip_low=1.5", "loss.ratio_clip_low"),
+        ("ppo.gamma=2", "ppo.gamma"),
+        ("policy.train_global_batch_size=48", "policy.train_global_batch_size"),
+        ("value.train_micro_batch_size=5", "value.train_micro_batch_size"),
+        ("policy.optimizer.betas=[0.9]", "policy.optimizer.betas"),
+        ("data.task=gsm8k", "data.train.path"),
+        ("cluster.workers_per_node=0", "cluster.workers_per_node"),
+        ("cluster.num_nodes=-1", "cluster.num_nodes"),
+        ("ppo=3", "ppo"),
+        ("novel.section=1", "novel"),
+    ],
+)
+def test_bad_values_name_the_key(override, key):
+    with pytest.raises(ConfigError) as err:
+        config_lib.load("recipes/tiny-math-cpu.yaml", [override])
+    assert str(err.value).startswith(key + ":"), str(err.value)
+
+
+def test_batch_divisibility_message_names_both_keys():
+    with pytest.raises(ConfigError) as err:
+        config_lib.load("recipes/tiny-math-cpu.yaml", ["policy.train_global_batch_size=48"])
+    assert "ppo.num_prompts_per_step" in str(err.value)
+
+
+def test_missing_recipe_and_cycle(tmp_path):
+    with pytest.raises(ConfigError, match="recipe"):
+        config_lib.load(tmp_path / "nope.yaml")
+    (tmp_path / "a.yaml").write_text("defaults: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("defaults: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        config_lib.load(tmp_path / "a.yaml")
+
+
+def test_round_trip_through_dict():
+    cfg = config_lib.load("recipes/tiny-math-cpu.yaml", ["ppo.seed=9"])
+    assert config_lib.from_dict(cfg.to_dict()) == cfg

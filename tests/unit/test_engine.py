@@ -1,0 +1,65 @@
+import copy
+
+import torch
+
+from dtppo.config import OptimizerConfig, SchedulerConfig
+from dtppo.ops import masked_sum
+from dtppo.types import Experience
+from dtppo.workers.engine import TrainEngine, lr_lambda
+
+
+def _experience(batch=8, width=6):
+    torch.manual_seed(0)
+    mask = torch.zeros(batch, width)
+    for b in range(batch):
+        mask[b, 1 : 2 + b % (width - 1)] = 1  # unequal valid-token counts per row
+    return Experience(
+        input_ids=torch.randn(batch, width), attention_mask=torch.ones(batch, width, dtype=torch.long),
+        response_mask=mask, gen_logprobs=torch.zeros(batch, width), truncated=torch.zeros(batch, dtype=torch.bool),
+        returns=torch.randn(batch, width),
+    )
+
+
+def _loss_fn(model):
+    def fn(micro):
+        pred = model(micro.input_ids.unsqueeze(-1)).squeeze(-1)
+        return masked_sum((pred - micro.returns) ** 2, micro.response_mask), {"x_sum": micro.response_mask.sum()}
+
+    return fn
+
+
+def test_microbatch_1_x_8_equals_8_x_1():
+    torch.manual_seed(1)
+    base = torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    results = []
+    for micro in (1, 8, 4):
+        model = copy.deepcopy(base)
+        engine = TrainEngine(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=100.0)
+        metrics = engine.train(_experience(), _loss_fn(model), global_batch=8, micro_batch=micro)
+        results.append((metrics, [p.detach().clone() for p in model.parameters()]))
+    for metrics, params in results[1:]:
+        assert abs(metrics["loss"] - results[0][0]["loss"]) < 1e-6
+        assert abs(metrics["grad_norm"] - results[0][0]["grad_norm"]) < 1e-6
+        assert metrics["x"] == results[0][0]["x"] == 1.0
+        for a, b in zip(params, results[0][1]):
+            assert (a - b).abs().max() < 1e-6
+
+
+def test_nonfinite_gradient_skips_the_step_and_counts_it():
+    model = torch.nn.Linear(1, 1)
+    engine = TrainEngine(model, OptimizerConfig(lr=0.1), SchedulerConfig(), max_grad_norm=1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def nan_loss(micro):
+        return model(micro.input_ids[:, :1]).sum() * float("nan"), {}
+
+    metrics = engine.train(_experience(), nan_loss, global_batch=4, micro_batch=4)
+    assert engine.skipped_steps == 2 and not torch.isfinite(metrics["grad_norm"])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_cosine_schedule_with_warmup():
+    f = lr_lambda(SchedulerConfig(kind="cosine", warmup_steps=10, total_steps=110, min_lr_ratio=0.1))
+    assert abs(f(0) - 0.1) < 1e-9 and f(9) == 1.0 and f(10) == 1.0
+    assert abs(f(60) - 0.55) < 1e-9 and abs(f(110) - 0.1) < 1e-9 and abs(f(500) - 0.1) < 1e-9

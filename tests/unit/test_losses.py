@@ -1,0 +1,96 @@
+import torch
+
+from dtppo.algorithms.kl import kl_k1, kl_k2, kl_k3
+from dtppo.algorithms.losses import explained_var, explained_var_from_moments, policy_loss, value_loss
+
+
+def _policy_reference(lp, old, adv, mask, lo, hi, c):
+    lp, old, adv = lp.double(), old.double(), adv.double()
+    total = 0.0
+    for b in range(lp.shape[0]):
+        for t in range(lp.shape[1]):
+            if not mask[b, t]:
+                continue
+            r = torch.exp(lp[b, t] - old[b, t])
+            loss = max(-adv[b, t] * r, -adv[b, t] * min(max(r, 1 - lo), 1 + hi))
+            if c is not None and adv[b, t] < 0:
+                loss = min(loss, -c * adv[b, t])
+            total += float(loss)
+    return total
+
+
+def test_policy_loss_matches_float64_reference_asymmetric_and_dual_clip():
+    torch.manual_seed(0)
+    lp = torch.randn(3, 6) * 0.5
+    old = lp + torch.randn(3, 6) * 0.4
+    adv = torch.randn(3, 6) * 2
+    mask = (torch.rand(3, 6) > 0.2).float()
+    for lo, hi, c in [(0.2, 0.2, None), (0.2, 0.28, None), (0.2, 0.2, 3.0), (0.1, 0.3, 1.5)]:
+        loss, stats = policy_loss(lp, old, adv, mask, lo, hi, c)
+        assert abs(loss.item() - _policy_reference(lp, old, adv, mask, lo, hi, c)) < 1e-4
+        assert stats["probs_ratio_clamped_min"] >= 1 - lo - 1e-6
+        assert stats["probs_ratio_clamped_max"] <= 1 + hi + 1e-6
+
+
+def test_policy_loss_gradient_sign_increases_advantaged_tokens():
+    lp = torch.zeros(1, 2, requires_grad=True)
+    loss, _ = policy_loss(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), 0.2, 0.2)
+    loss.backward()
+    assert lp.grad[0, 0] < 0 < lp.grad[0, 1]  # descent raises log π of the A>0 token, lowers the A<0 one
+
+
+def test_policy_loss_in_loss_kl():
+    lp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
+    mask = torch.ones(1, 2)
+    base, _ = policy_loss(lp, lp, torch.zeros(1, 2), mask, 0.2, 0.2)
+    with_kl, stats = policy_loss(lp, lp, torch.zeros(1, 2), mask, 0.2, 0.2, None, ref, 0.1, "k3")
+    assert abs((with_kl - base).item() - 0.1 * kl_k3(lp, ref).sum().item()) < 1e-6
+    assert abs(stats["kl_penalty_sum"].item() - kl_k3(lp, ref).sum().item()) < 1e-6
+
+
+def test_value_loss_matches_float64_reference():
+    torch.manual_seed(1)
+    v, old, ret = torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 5)
+    mask = torch.tensor([[1.0, 1, 1, 0, 0], [0, 1, 1, 1, 1]])
+    loss, stats = value_loss(v, old, ret, mask, clip=0.5, scale=0.7)
+    v64, old64, ret64 = v.double(), old.double(), ret.double()
+    vc = old64 + (v64 - old64).clamp(-0.5, 0.5)
+    ref = 0.5 * 0.7 * (torch.maximum((v64 - ret64) ** 2, (vc - ret64) ** 2) * mask).sum()
+    assert abs(loss.item() - ref.item()) < 1e-5
+    clipped = (((vc - ret64) ** 2 > (v64 - ret64) ** 2).double() * mask).sum()
+    assert stats["vf_clipfrac_sum"].item() == clipped.item()
+    unclipped, _ = value_loss(v, old, ret, mask, clip=None)
+    assert abs(unclipped.item() - (0.5 * ((v64 - ret64) ** 2 * mask).sum()).item()) < 1e-5
+
+
+def test_kl_estimators():
+    lp = torch.tensor([-1.0, -2.0, -0.5])
+    ref = torch.tensor([-1.0, -1.0, -2.5])
+    logr = ref - lp
+    assert torch.allclose(kl_k1(lp, ref), -logr)
+    assert torch.allclose(kl_k2(lp, ref), logr**2 / 2)
+    assert torch.allclose(kl_k3(lp, ref), logr.exp() - 1 - logr)
+    assert kl_k3(torch.tensor([0.0]), torch.tensor([0.0])).item() == 0.0
+    # clamps: log-ratio to ±20 and the estimate to ±10
+    assert kl_k3(torch.tensor([-100.0]), torch.tensor([0.0])).item() == 10.0
+    assert kl_k1(torch.tensor([0.0]), torch.tensor([-100.0])).item() == 10.0
+    assert torch.all(kl_k3(torch.randn(100) * 5, torch.randn(100) * 5) >= 0)
+
+
+def test_explained_variance_from_moments():
+    # E[R]=1, E[V]=0.5 -> E[R-V]=0.5; E[R^2]=5; E[(R-V)^2]=1.25 -> 1 - (1.25-0.25)/(5-1) = 0.75
+    ev = explained_var_from_moments(torch.tensor(1.0), torch.tensor(5.0), torch.tensor(0.5), torch.tensor(1.25))
+    assert abs(ev.item() - 0.75) < 1e-6
+
+
+def test_explained_variance_perfect_fit_with_constant_returns_is_one():
+    r = torch.full((2, 3), 0.7)
+    assert explained_var(r, r.clone(), torch.ones(2, 3)).item() == 1.0
+
+
+def test_explained_variance_uses_only_valid_tokens():
+    r = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
+    v = torch.tensor([[1.0, 2.0, 3.0, -99.0]])
+    m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert abs(explained_var(r, v, m).item() - 1.0) < 1e-6
+    assert abs(explained_var(r, torch.zeros_like(r), m).item()) < 1e-6  # V = 0 explains nothing

@@ -1,0 +1,71 @@
+import torch
+
+from dtppo.config import ModelConfig
+from dtppo.models.causal_lm import build_causal_lm
+from dtppo.models.tokenizer import build_char_tokenizer
+from dtppo.ops import logprobs_from_logits
+from dtppo.rollout.sampler import SamplingParams, choose_tokens, counter_uniform, generate
+
+TOK = build_char_tokenizer()
+
+
+def _model():
+    return build_causal_lm(None, ModelConfig().tiny, len(TOK), TOK.pad_token_id, TOK.eos_token_id, seed=0).eval()
+
+
+def _prompts(n):
+    texts = [f"Tom has {i} apples.{' x' * (i % 4)}\nAnswer: " for i in range(n)]
+    return TOK(texts, add_special_tokens=False)["input_ids"]
+
+
+def test_generation_logprobs_match_a_full_forward():
+    model = _model()
+    exp = generate(model, _prompts(8), SamplingParams(20), TOK.eos_token_id, TOK.pad_token_id, 7, torch.arange(8))
+    with torch.no_grad():
+        lp = logprobs_from_logits(model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids)
+    err = ((lp - exp.gen_logprobs).abs() * exp.response_mask).max()
+    assert err < 1e-5
+    assert torch.all(exp.gen_logprobs[exp.response_mask == 0] == 0)
+
+
+def test_rows_are_right_padded_prompt_then_response():
+    model = _model()
+    prompts = _prompts(5)
+    exp = generate(model, prompts, SamplingParams(12), TOK.eos_token_id, TOK.pad_token_id, 1, torch.arange(5))
+    for b, p in enumerate(prompts):
+        assert exp.input_ids[b, : len(p)].tolist() == p
+        n = int(exp.response_mask[b].sum())
+        assert exp.response_mask[b, len(p) : len(p) + n].all()
+        assert exp.attention_mask[b].sum() == len(p) + n
+        ends_with_eos = exp.input_ids[b, len(p) + n - 1] == TOK.eos_token_id
+        assert bool(ends_with_eos) != bool(exp.truncated[b])
+        assert n == 12 or ends_with_eos
+
+
+def test_samples_depend_only_on_key_and_sample_id():
+    model = _model()
+    prompts = _prompts(6)
+    full = generate(model, prompts, SamplingParams(16), TOK.eos_token_id, TOK.pad_token_id, 42, torch.arange(6))
+    part = generate(model, prompts[3:], SamplingParams(16), TOK.eos_token_id, TOK.pad_token_id, 42, torch.arange(3, 6))
+    for i in range(3):
+        n = int(part.attention_mask[i].sum())
+        assert torch.equal(part.input_ids[i, :n], full.input_ids[3 + i, :n])
+    other = generate(model, prompts, SamplingParams(16), TOK.eos_token_id, TOK.pad_token_id, 43, torch.arange(6))
+    assert not torch.equal(other.input_ids, full.input_ids)
+
+
+def test_gumbel_sampling_matches_the_distribution():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(20000, 4)
+    tokens, _ = choose_tokens(logits, SamplingParams(1), key=3, sample_ids=torch.arange(20000), t=0)
+    freq = torch.bincount(tokens, minlength=4).float() / 20000
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.015)
+    u = counter_uniform(3, torch.arange(100), 0, 50)
+    assert 0 < u.min() and u.max() < 1 and abs(u.mean().item() - 0.5) < 0.02
+
+
+def test_top_p_and_greedy():
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]])).expand(5000, 3)
+    tokens, lp = choose_tokens(logits, SamplingParams(1, top_p=0.8), key=1, sample_ids=torch.arange(5000), t=0)
+    assert set(tokens.tolist()) == {0, 1}
+    greedy, glp = choose_tokens(logits[:2], SamplingParams(1, greedy=True), 0, torch.arange(2), 0)
+    assert greedy.tolist() == [0, 0] and torch.allclose(glp, torch.log(torch.tensor([0.6, 0.6])))
