@@ -9,6 +9,7 @@ with the full dotted key path, and cross-field rules are checked once here so no
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+
+_YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 class ConfigError(ValueError):
@@ -312,6 +316,8 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a list of {len(args)} values, got {value!r}")
         return tuple(_coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if hint is float:
+        if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            value = float(value)  # PyYAML reads "3e-4" (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         return float(value)

@@ -20,7 +20,9 @@ def test_every_recipe_loads(recipe):
 
 
 def test_overrides_and_inheritance():
-    cfg = config_lib.load("recipes/tiny-math-cpu.yaml", ["ppo.max_num_steps=2", "loss.ratio_clip_c=3", "logger.log_dir=x"])
+    cfg = config_lib.load("recipes/tiny-math-cpu.yaml", ["ppo.max_num_steps=2", "loss.ratio_clip_c=3", "logger.log_dir=x",
+                                                         "policy.optimizer.lr=3e-4"])
+    assert cfg.policy.optimizer.lr == 3e-4
     assert cfg.ppo.max_num_steps == 2 and cfg.loss.ratio_clip_c == 3.0 and cfg.logger.log_dir == "x"
     assert cfg.ppo.init_from_sft  # from the recipe
     assert cfg.value.optimizer.lr == 1e-3  # from base

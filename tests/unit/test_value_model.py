@@ -59,3 +59,21 @@ def test_save_pretrained_round_trip_and_transformers_loads_it(tmp_path):
     hf = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
     head = hf(input_ids=ids, attention_mask=attn).logits.squeeze(-1)
     assert torch.allclose(head[:, :-1], model.values(ids, attn)[:, 1:], atol=1e-6)
+
+
+def test_char_tokenizer_round_trips_through_a_model_directory(tmp_path):
+    from transformers import Qwen2ForCausalLM
+
+    from dtppo.models.tokenizer import build_char_tokenizer, load_tokenizer
+
+    tok = build_char_tokenizer()
+    # a Qwen2 config.json beside the tokenizer must not change how it tokenizes
+    Qwen2ForCausalLM(_backbone().config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded = load_tokenizer(str(tmp_path))
+    text = "Tom has 3 apples.\n12 + 7 = 19\n#### 19"
+    assert loaded(text, add_special_tokens=False).input_ids == tok(text, add_special_tokens=False).input_ids
+    assert loaded.decode(tok(text).input_ids) == text
+    messages = [{"role": "user", "content": "Q?"}]
+    assert loaded.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == "Q?\nAnswer: "
+    assert (loaded.eos_token_id, loaded.pad_token_id) == (tok.eos_token_id, tok.pad_token_id)

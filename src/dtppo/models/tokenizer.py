@@ -7,6 +7,8 @@ like a hub tokenizer (Qwen's) loaded from a directory.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -32,10 +34,17 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(path: str | None) -> PreTrainedTokenizerBase:
-    """The tokenizer of ``path`` (an HF model directory or hub name), or the character tokenizer when None."""
+    """The tokenizer of ``path`` (an HF model directory or hub name), or the character tokenizer when None.
+
+    A directory's ``tokenizer.json`` is loaded verbatim: ``AutoTokenizer`` would pick a tokenizer class from
+    the model type (Qwen2's for our tiny models) and rebuild its pre-tokenizer, dropping our characters.
+    """
     if path is None:
         return build_char_tokenizer()
-    tok = AutoTokenizer.from_pretrained(path)
+    if (Path(path) / "tokenizer.json").is_file():
+        tok = PreTrainedTokenizerFast.from_pretrained(path)
+    else:
+        tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

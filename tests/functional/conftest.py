@@ -1,0 +1,46 @@
+"""Helpers for end-to-end tests: the CLI runs in a subprocess, in a temporary working directory."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "recipes" / "tiny-math-cpu.yaml")
+
+# Small, fast settings shared by the functional tests (the learning test sets its own).
+FAST = [
+    "ppo.num_prompts_per_step=16",
+    "ppo.max_val_samples=32",
+    "ppo.val_batch_size=32",
+    "policy.train_global_batch_size=8",
+    "policy.train_micro_batch_size=4",
+    "value.train_global_batch_size=8",
+    "value.train_micro_batch_size=4",
+    "logger.tensorboard=false",
+]
+
+
+def run_cli(args, cwd, timeout=900, check=True):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "dtppo", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dtppo {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def sft_dir(tmp_path_factory):
+    """A briefly fine-tuned tiny policy (60 steps), shared by the PPO tests that need a sane start."""
+    root = tmp_path_factory.mktemp("sft")
+    run_cli(["sft", TINY, "sft.num_steps=60", "sft.scheduler.total_steps=60", "sft.careless_stage.num_steps=0",
+             f"sft.output_dir={root / 'model'}", "ppo.max_val_samples=32", "logger.tensorboard=false"], cwd=root)
+    return root / "model"

@@ -1,0 +1,75 @@
+"""Two PPO steps of the tiny recipe from the CLI: reference gates, export, eval and plot on the result."""
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from conftest import FAST, TINY, read_jsonl, run_cli
+from dtppo.models.value import ValueModel
+
+
+@pytest.fixture(scope="module")
+def ppo_run(sft_dir, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("ppo")
+    args = ["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=2", "ppo.ppo_epochs=2",
+            "ppo.val_period=2", "loss.ratio_clip_c=3.0", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt",
+            "checkpointing.save_period=2"]
+    proc = run_cli(args, cwd)
+    return cwd, proc
+
+
+def test_reference_gates(ppo_run):
+    cwd, proc = ppo_run
+    steps = [r for r in read_jsonl(cwd / "log" / "metrics.jsonl") if r["step"] >= 1]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert max(r["train/token_mult_prob_error"] for r in steps) < 1.05
+    for r in steps:
+        assert 0.79 < r["train/probs_ratio_clamped_min"] < 1.21
+        assert 0.79 < r["train/probs_ratio_clamped_max"] < 1.29
+        assert 0 <= r["train/critic/loss"] < 6
+        assert r["train/critic/explained_var"] <= 1.0001
+        assert math.isfinite(r["train/critic/grad_norm"]) and r["train/critic/grad_norm"] < 350
+        assert 0.0 <= r["train/reward"] <= 1.0
+        assert r["timing/generation"] > 0 and r["perf/tokens_per_sec"] > 0
+    assert "validation/accuracy" in steps[-1]
+    assert "dtppo results" in proc.stdout and "ETA" in proc.stdout
+
+
+def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
+    cwd, _ = ppo_run
+    assert sorted(p.name for p in (cwd / "ckpt").iterdir()) == ["step_2"]
+    state = torch.load(cwd / "ckpt" / "step_2" / "state.pt", weights_only=False)
+    assert state["steps_done"] == 2 and state["loader"]["offset"] == 32
+    run_cli(["export", cwd / "ckpt", tmp_path / "hf"], cwd)
+    policy = AutoModelForCausalLM.from_pretrained(tmp_path / "hf" / "policy").eval()
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(tensor, state["policy"]["model"][name]), name
+    critic = ValueModel.from_pretrained(tmp_path / "hf" / "critic").eval()
+    for name, tensor in critic.state_dict().items():
+        assert torch.equal(tensor, state["value"]["model"][name]), name
+    ids = torch.randint(3, 90, (2, 10))
+    assert critic.values(ids, torch.ones_like(ids)).shape == (2, 10)
+
+
+def test_eval_scores_the_latest_checkpoint_and_plot_writes_png(ppo_run, sft_dir):
+    cwd, _ = ppo_run
+    proc = run_cli(["eval", TINY, *FAST, f"sft.output_dir={sft_dir}", "checkpointing.checkpoint_dir=ckpt"], cwd)
+    logged = [r for r in read_jsonl(cwd / "log" / "metrics.jsonl") if r["step"] == 2][0]
+    assert "step" in proc.stdout and "accuracy" in proc.stdout and "Q: " in proc.stdout
+    accuracy = float(next(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("accuracy")))
+    assert accuracy == pytest.approx(logged["validation/accuracy"], abs=1e-4)  # same weights, greedy, same problems
+    run_cli(["plot", cwd / "log"], cwd)
+    png = cwd / "log" / "curves.png"
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_override_exits_2_naming_the_key(tmp_path):
+    proc = run_cli(["ppo", TINY, "ppo.max_num_stepz=2"], tmp_path, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ppo.max_num_stepz" in lines[0]
+    proc = run_cli(["ppo", TINY, "policy.optimizer.lr=-0.1"], tmp_path, check=False)
+    assert proc.returncode == 2 and "policy.optimizer.lr" in proc.stderr
+    assert not (tmp_path / "runs").exists()  # refused before any compute
