@@ -10,12 +10,13 @@ from dtppo import config as config_lib
 
 
 def _load(args: argparse.Namespace) -> config_lib.Config:
+    from dtppo.distributed.launch import under_torchrun
+
     try:
         cfg = config_lib.load(args.recipe, args.overrides)
-        if cfg.cluster.num_nodes * cfg.cluster.workers_per_node != 1:
+        if cfg.cluster.num_nodes > 1 and not under_torchrun():
             raise config_lib.ConfigError(
-                "cluster.workers_per_node: this build runs one process; sharded multi-rank workers are not "
-                "available yet (set cluster.num_nodes=1 cluster.workers_per_node=1)"
+                "cluster.num_nodes: several nodes need a launcher (torchrun) to start the ranks on each node"
             )
     except config_lib.ConfigError as err:
         print(f"dtppo: config error: {err}", file=sys.stderr)
@@ -31,17 +32,31 @@ def cmd_sft(args: argparse.Namespace) -> None:
 
 
 def cmd_ppo(args: argparse.Namespace) -> None:
+    from dtppo.distributed.launch import run_ranks, under_torchrun
     from dtppo.sft import run_sft, sft_is_done
-    from dtppo.trainer import PPOTrainer
 
     cfg = _load(args)
     sft_results = {}
     if cfg.ppo.init_from_sft and not sft_is_done(cfg):
+        if under_torchrun():
+            raise SystemExit(f"dtppo: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
         print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
         sft_results = run_sft(cfg)
-    trainer = PPOTrainer(cfg)
-    history = trainer.fit()
-    print(_results_table(cfg, sft_results, history))
+    run_ranks(_ppo_rank, cfg.cluster.world_size, cfg.to_dict(), sft_results)
+
+
+def _ppo_rank(tree: dict, sft_results: dict) -> None:
+    """One rank of a PPO run (module level so spawned processes can import it)."""
+    from dtppo.distributed.comm import is_main_rank
+    from dtppo.trainer import PPOTrainer
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    cfg = config_lib.from_dict(tree)
+    history = PPOTrainer(cfg).fit()
+    if is_main_rank():
+        print(_results_table(cfg, sft_results, history), flush=True)
 
 
 def cmd_eval(args: argparse.Namespace) -> None:

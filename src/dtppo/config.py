@@ -70,8 +70,15 @@ class GenerationConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    tp: int = 1
+    sequence_parallel: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -84,6 +91,7 @@ class PolicyConfig:
 @dataclass(frozen=True, kw_only=True)
 class ValueConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-3))
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     train_global_batch_size: int = 32
@@ -189,6 +197,10 @@ class CheckpointingConfig:
 class ClusterConfig:
     num_nodes: int = 1
     workers_per_node: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.workers_per_node
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -390,7 +402,9 @@ def _check(cfg: Config) -> None:
     _require(0.0 < gen.top_p <= 1.0, "policy.generation.top_p", "must be in (0, 1]")
     for section, worker in [("policy", cfg.policy), ("value", cfg.value)]:
         _check_optimizer(f"{section}.optimizer", worker.optimizer)
-        _check_batches(cfg, section, worker.train_global_batch_size, worker.train_micro_batch_size)
+        _check_layout(cfg, section, worker.parallel)
+        _check_batches(cfg, section, worker.train_global_batch_size, worker.train_micro_batch_size,
+                       cfg.cluster.world_size // worker.parallel.tp)
         _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
     _check_optimizer("sft.optimizer", cfg.sft.optimizer)
     _require(0.0 <= cfg.sft.careless_stage.careless_fraction <= 1.0,
@@ -412,11 +426,25 @@ def _check_optimizer(key: str, opt: OptimizerConfig) -> None:
     _require(opt.eps > 0.0, f"{key}.eps", "must be > 0")
 
 
-def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int) -> None:
+def _check_layout(cfg: Config, section: str, parallel: ParallelConfig) -> None:
+    key = f"{section}.parallel.tp"
+    _require(parallel.tp >= 1, key, f"must be >= 1, got {parallel.tp}")
+    _require(cfg.cluster.world_size % parallel.tp == 0, key,
+             f"{parallel.tp} must divide the world size cluster.num_nodes * cluster.workers_per_node "
+             f"= {cfg.cluster.world_size}")
+    _require(not parallel.sequence_parallel or parallel.tp > 1, f"{section}.parallel.sequence_parallel",
+             f"needs {key} > 1")
+
+
+def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int, dp: int) -> None:
+    """A minibatch of ``global_batch`` samples is split evenly over ``dp`` ranks, then into microbatches."""
     gkey, mkey = f"{section}.train_global_batch_size", f"{section}.train_micro_batch_size"
     _require(global_batch >= 1 and micro_batch >= 1, gkey, "batch sizes must be >= 1")
     _require(cfg.samples_per_step % global_batch == 0, gkey,
              f"{global_batch} must divide ppo.num_prompts_per_step * ppo.num_generations_per_prompt "
              f"= {cfg.samples_per_step}")
-    _require(global_batch % micro_batch == 0, mkey,
-             f"{micro_batch} must divide {gkey} = {global_batch}")
+    _require(global_batch % dp == 0, gkey,
+             f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
+             f"(cluster.workers_per_node * cluster.num_nodes / {section}.parallel.tp)")
+    _require((global_batch // dp) % micro_batch == 0, mkey,
+             f"{micro_batch} must divide the per-rank share of {gkey} = {global_batch // dp}")

@@ -14,30 +14,33 @@ from dtppo.models.value import ValueModel, build_backbone
 def resolve_step_dir(path: str | Path) -> Path:
     """``path`` itself if it is a ``step_N`` checkpoint, else its latest complete ``step_N``."""
     path = Path(path)
-    if (path / checkpoint.STATE_FILE).is_file():
+    if (path / checkpoint.TRAINER_FILE).is_file():
         return path
     step = checkpoint.latest_step(path)
     if step is None:
-        raise FileNotFoundError(f"no complete checkpoint (step_N/{checkpoint.STATE_FILE}) under {path}")
+        raise FileNotFoundError(f"no complete checkpoint (step_N/{checkpoint.TRAINER_FILE}) under {path}")
     return path / f"step_{step}"
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Write ``out_dir/policy`` (causal LM) and ``out_dir/critic`` (token classification, num_labels=1)."""
-    state, tree = checkpoint.load(resolve_step_dir(checkpoint_dir))
-    cfg = config_lib.from_dict(tree)
+    step_dir = resolve_step_dir(checkpoint_dir)
+    cfg = config_lib.from_dict(checkpoint.read_config(step_dir))
     tokenizer = load_tokenizer(cfg.policy_init_path)
     out_dir = Path(out_dir)
 
     policy = build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
                              tokenizer.eos_token_id, cfg.ppo.seed)
-    policy.load_state_dict(state["policy"]["model"])
-    policy.save_pretrained(out_dir / "policy")
-    tokenizer.save_pretrained(out_dir / "policy")
-
     tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     critic = ValueModel(build_backbone(cfg.value_init_path, tiny, cfg.ppo.seed), shift=cfg.value.shift_values)
-    critic.load_state_dict(state["value"]["model"])
+    # Consolidates the shards of any layout into these whole models (weights only, no optimizer state).
+    weights = {"policy": {"model": policy.state_dict()}, "value": {"model": critic.state_dict()}}
+    checkpoint.load(step_dir, weights)
+    policy.load_state_dict(weights["policy"]["model"])
+    critic.load_state_dict(weights["value"]["model"])
+
+    policy.save_pretrained(out_dir / "policy")
+    tokenizer.save_pretrained(out_dir / "policy")
     critic.save_pretrained(out_dir / "critic")
     tokenizer.save_pretrained(out_dir / "critic")
     return [out_dir / "policy", out_dir / "critic"]

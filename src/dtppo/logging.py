@@ -27,7 +27,10 @@ class MetricsLogger:
     """
 
     def __init__(self, log_dir: str | Path, total_steps: int, tensorboard: bool = True, progress: bool = True,
-                 resume_step: int = 0):
+                 resume_step: int = 0, enabled: bool = True):
+        self.enabled = enabled
+        if not enabled:  # non-zero ranks of a multi-rank run
+            return
         self.dir = Path(log_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
@@ -48,6 +51,8 @@ class MetricsLogger:
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
         record = {"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()}}
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
@@ -68,6 +73,8 @@ class MetricsLogger:
         return f"step {step:>4}/{self.total_steps} [{bar}] {shown} | {per_step:.2f}s/step ETA {_duration(eta)}"
 
     def close(self) -> None:
+        if not self.enabled:
+            return
         self.file.close()
         if self.writer is not None:
             self.writer.close()

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from dtppo.distributed.comm import all_reduce
+
 
 def reduce_stats(stats: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Combine microbatch statistics by the suffix of their name."""
@@ -25,6 +27,18 @@ def reduce_stats(stats: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor
                 out[name] = torch.maximum(out[name], value)
             else:
                 out[name] = out[name] + value
+    return out
+
+
+def reduce_across_ranks(stats: dict[str, torch.Tensor], group=None) -> dict[str, torch.Tensor]:
+    """Combine statistics of data-parallel ranks by name suffix: one collective per reduction kind."""
+    out = dict(stats)
+    for op, keys in [("min", [k for k in stats if k.endswith("_min")]),
+                     ("max", [k for k in stats if k.endswith("_max")]),
+                     ("sum", [k for k in stats if not k.endswith(("_min", "_max"))])]:
+        if keys:
+            reduced = all_reduce(torch.stack([stats[k].reshape(()).float() for k in keys]), op, group)
+            out |= dict(zip(keys, reduced.unbind()))
     return out
 
 

@@ -13,6 +13,7 @@ from dtppo.algorithms.advantages import compute_advantages, length_adaptive_lamb
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
 from dtppo.config import Config
+from dtppo.distributed.comm import is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.evaluation import decode_responses, evaluate
 from dtppo.logging import MetricsLogger
@@ -163,7 +164,7 @@ class PPOTrainer:
 
     def validate(self) -> dict[str, float]:
         start = time.perf_counter()
-        result = evaluate(self.policy.model, self.tokenizer, self.validation_problems, self.cfg, self.steps_done)
+        result = evaluate(self.policy.rollout_model, self.tokenizer, self.validation_problems, self.cfg, self.steps_done)
         return {
             "validation/accuracy": result.accuracy,
             "validation/avg_length": result.avg_length,
@@ -174,8 +175,9 @@ class PPOTrainer:
         """Run until ``ppo.max_num_steps``, resuming from the latest complete checkpoint if there is one."""
         cfg = self.cfg
         self.maybe_resume()
+        # Every rank runs the same loop; rank 0 alone writes logs (all metrics are already reduced).
         logger = MetricsLogger(cfg.logger.log_dir, cfg.ppo.max_num_steps, cfg.logger.tensorboard,
-                               cfg.logger.progress, resume_step=self.steps_done)
+                               cfg.logger.progress, resume_step=self.steps_done, enabled=is_main_rank())
         history = []
         try:
             if self.steps_done == 0 and cfg.ppo.val_at_start:
@@ -194,25 +196,32 @@ class PPOTrainer:
         return history
 
     def save(self) -> Path:
-        state = {
-            "policy": self.policy.save_checkpoint(),
-            "value": self.value.save_checkpoint(),
+        """Collective over all ranks."""
+        policy_sharded, policy_extra = self.policy.save_checkpoint()
+        value_sharded, value_extra = self.value.save_checkpoint()
+        replicated = {
+            "policy": policy_extra,
+            "value": value_extra,
             "loader": self.loader.state_dict(),
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
         }
         ckpt = self.cfg.checkpointing
-        return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, state, self.cfg.to_dict(), ckpt.keep_last)
+        return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, {"policy": policy_sharded, "value": value_sharded},
+                               replicated, self.cfg.to_dict(), ckpt.keep_last)
 
     def maybe_resume(self) -> None:
+        """Load the latest complete checkpoint, whatever data-parallel size wrote it."""
         ckpt = self.cfg.checkpointing
         step = checkpoint.latest_step(ckpt.checkpoint_dir) if ckpt.enabled else None
         if step is None:
             return
-        state, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}")
-        self.policy.load_checkpoint(state["policy"])
-        self.value.load_checkpoint(state["value"])
-        self.loader.load_state_dict(state["loader"])
-        checkpoint.set_rng_state(state["rng"])
-        self.steps_done = int(state["steps_done"])
-        print(f"resumed from {ckpt.checkpoint_dir}/step_{step}", flush=True)
+        sharded = {"policy": self.policy.save_checkpoint()[0], "value": self.value.save_checkpoint()[0]}
+        replicated, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}", sharded)
+        self.policy.load_checkpoint(sharded["policy"], replicated["policy"])
+        self.value.load_checkpoint(sharded["value"], replicated["value"])
+        self.loader.load_state_dict(replicated["loader"])
+        checkpoint.set_rng_state(replicated["rng"])
+        self.steps_done = int(replicated["steps_done"])
+        if is_main_rank():
+            print(f"resumed from {ckpt.checkpoint_dir}/step_{step}", flush=True)

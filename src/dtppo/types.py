@@ -63,6 +63,12 @@ class Experience:
         return Experience(**{k: _trim(v, width) for k, v in rows.items()})
 
 
+    def shard(self, index: int, count: int) -> Experience:
+        """The ``index``-th of ``count`` equal contiguous row blocks (a data-parallel rank's share)."""
+        size = self.batch_size // count
+        return self.slice(index * size, (index + 1) * size)
+
+
 def _rows(x: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
     return None if x is None else x[start:stop]
 

@@ -33,7 +33,8 @@ class ValueModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Head output at every position (unshifted). input_ids, attention_mask: [B, T] -> [B, T] float32."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.score(hidden).squeeze(-1).float()
+        # A copy, not a view: FSDP2 cannot hook backward into a view of the root output.
+        return self.score(hidden).squeeze(-1).to(torch.float32, copy=True)
 
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """V(s_t) for every position: the head's output at t-1, 0 at t=0. [B, T] -> [B, T] float32."""

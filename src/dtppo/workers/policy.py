@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
@@ -14,6 +15,7 @@ from dtppo.ops import logprobs_from_logits
 from dtppo.rollout.sampler import SamplingParams, generate
 from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine
+from dtppo.workers.placement import Placement, pad_to
 
 
 class PolicyWorker:
@@ -28,14 +30,21 @@ class PolicyWorker:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
-        self.model = build_causal_lm(
+        self.placement = Placement(cfg.policy.parallel)
+        full = build_causal_lm(
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
         )
-        self.engine = TrainEngine(self.model, cfg.policy.optimizer, cfg.policy.scheduler, cfg.policy.max_grad_norm)
+        # Generation runs on a whole (unsharded) replica, refreshed after each update, so ranks decode
+        # independently with no collective per token and may stop at different lengths.
+        self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False) if self.placement.sharded else full
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+            self.reference = self.placement.wrap(copy.deepcopy(full).eval().requires_grad_(False))
+        self.model = self.placement.wrap(full)
+        p = self.placement
+        self.engine = TrainEngine(self.model, cfg.policy.optimizer, cfg.policy.scheduler, cfg.policy.max_grad_norm,
+                                  p.dp_rank, p.dp_size, p.dp_group)
 
     # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
     def prepare_for_inference(self) -> None:
@@ -49,15 +58,26 @@ class PolicyWorker:
 
     def finish_training(self) -> None:
         self.model.eval()
+        self.sync_rollout_model()
+
+    def sync_rollout_model(self) -> None:
+        """Copy the trained (sharded) weights into the generation replica: one all-gather of the weights."""
+        if self.placement.sharded:
+            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+            self.rollout_model.load_state_dict(full)
 
     # ---- inference
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
-        return generate(self.model, prompts, params, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id,
-                        key, sample_ids)
+        """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
+        rows = self.placement.my_rows(len(prompts))
+        pad_id = self.tokenizer.pad_token_id
+        part = generate(self.rollout_model, prompts[rows], params, self.tokenizer.eos_token_id, pad_id, key,
+                        sample_ids[rows])
+        return self.placement.gather_experience(part, pad_id)
 
     @torch.no_grad()
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
-        """log π(x_t | x_<t) of the current policy. Returns [B, T] float32, 0 at t=0."""
+        """log π(x_t | x_<t) of the current policy. Returns [B, T] float32, 0 at t=0 and on padding."""
         return self._logprobs(self.model, experience)
 
     @torch.no_grad()
@@ -67,13 +87,15 @@ class PolicyWorker:
         return self._logprobs(self.reference, experience)
 
     def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:
+        local = experience.shard(self.placement.dp_rank, self.placement.dp_size)
         size = self.cfg.policy.logprob_batch_size
         chunks = []
-        for start in range(0, experience.batch_size, size):
+        for start in range(0, local.batch_size, size):
             rows = slice(start, start + size)
-            logits = model(input_ids=experience.input_ids[rows], attention_mask=experience.attention_mask[rows]).logits
-            chunks.append(logprobs_from_logits(logits / self.temperature, experience.input_ids[rows]))
-        return torch.cat(chunks)
+            logits = model(input_ids=local.input_ids[rows], attention_mask=local.attention_mask[rows]).logits
+            chunks.append(logprobs_from_logits(logits / self.temperature, local.input_ids[rows]))
+        logprobs = pad_to(self.placement.gather(torch.cat(chunks)), experience.input_ids.shape[1])
+        return logprobs * experience.attention_mask
 
     # ---- training
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
@@ -93,10 +115,12 @@ class PolicyWorker:
             experience, loss_fn, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
         )
 
-    # ---- checkpoints
-    def save_checkpoint(self) -> dict:
-        return self.engine.state_dict()
+    # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
+    def save_checkpoint(self) -> tuple[dict, dict]:
+        return self.engine.state_dict(), self.engine.extra_state()
 
-    def load_checkpoint(self, state: dict) -> None:
-        self.engine.load_state_dict(state)
+    def load_checkpoint(self, sharded: dict, extra: dict) -> None:
+        self.engine.load_state_dict(sharded)
+        self.engine.load_extra_state(extra)
+        self.sync_rollout_model()
 

@@ -11,6 +11,7 @@ from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
 from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine
+from dtppo.workers.placement import Placement, pad_to
 
 
 class ValueWorker:
@@ -25,9 +26,11 @@ class ValueWorker:
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed)
-        self.model = ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
-                                shift=cfg.value.shift_values)
-        self.engine = TrainEngine(self.model, cfg.value.optimizer, cfg.value.scheduler, cfg.value.max_grad_norm)
+        self.placement = p = Placement(cfg.value.parallel)
+        self.model = p.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
+                                       shift=cfg.value.shift_values))
+        self.engine = TrainEngine(self.model, cfg.value.optimizer, cfg.value.scheduler, cfg.value.max_grad_norm,
+                                  p.dp_rank, p.dp_size, p.dp_group)
 
     # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
     def prepare_for_inference(self) -> None:
@@ -44,13 +47,19 @@ class ValueWorker:
 
     @torch.no_grad()
     def get_values(self, experience: Experience) -> torch.Tensor:
-        """V(s_t) for every position of every row. Returns [B, T] float32 (0 at t=0)."""
+        """V(s_t) for every position of every row. Returns [B, T] float32 (0 at t=0 and on padding).
+
+        Each dp rank scores its block of whole rows and the blocks are gathered, so the shift inside
+        ``values()`` always sees complete sequences, never a shard boundary.
+        """
+        local = experience.shard(self.placement.dp_rank, self.placement.dp_size)
         size = self.cfg.value.inference_batch_size
         chunks = [
-            self.model.values(experience.input_ids[start : start + size], experience.attention_mask[start : start + size])
-            for start in range(0, experience.batch_size, size)
+            self.model.values(local.input_ids[start : start + size], local.attention_mask[start : start + size])
+            for start in range(0, local.batch_size, size)
         ]
-        return torch.cat(chunks)
+        values = pad_to(self.placement.gather(torch.cat(chunks)), experience.input_ids.shape[1])
+        return values * experience.attention_mask  # pads hold no state: 0 there, whatever the row layout
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of value regression onto ``experience.returns`` (needs old_values and returns)."""
@@ -65,8 +74,10 @@ class ValueWorker:
             experience, loss_fn, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
         )
 
-    def save_checkpoint(self) -> dict:
-        return self.engine.state_dict()
+    # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
+    def save_checkpoint(self) -> tuple[dict, dict]:
+        return self.engine.state_dict(), self.engine.extra_state()
 
-    def load_checkpoint(self, state: dict) -> None:
-        self.engine.load_state_dict(state)
+    def load_checkpoint(self, sharded: dict, extra: dict) -> None:
+        self.engine.load_state_dict(sharded)
+        self.engine.load_extra_state(extra)

@@ -1,0 +1,62 @@
+"""Start the ranks of a run: inside torchrun, as spawned local processes, or as the single process.
+
+The same entry point runs everywhere: under torchrun (RANK/WORLD_SIZE set) each process joins the group
+torchrun describes; otherwise ``cluster.workers_per_node`` > 1 spawns that many local ranks on 127.0.0.1.
+CPU ranks use gloo and share the cores evenly; GPU ranks use nccl, one device each.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def run_ranks(fn: Callable[..., None], world_size: int, *args) -> None:
+    """Call ``fn(*args)`` once per rank with the process group initialised (none for a single process)."""
+    if under_torchrun():
+        if int(os.environ["WORLD_SIZE"]) != world_size:
+            raise ValueError(f"cluster.num_nodes * cluster.workers_per_node = {world_size}, but torchrun "
+                             f"started {os.environ['WORLD_SIZE']} ranks")
+        _run_in_group(fn, args)
+    elif world_size == 1:
+        fn(*args)
+    else:
+        port = _free_port()
+        mp.start_processes(_spawned_rank, args=(world_size, port, fn, args), nprocs=world_size, join=True,
+                           start_method="spawn")
+
+
+def _spawned_rank(local_rank: int, world_size: int, port: int, fn: Callable[..., None], args: tuple) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank),
+                      LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
+    _run_in_group(fn, args)
+
+
+def _run_in_group(fn: Callable[..., None], args: tuple) -> None:
+    world_size, local_rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+    else:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        dist.init_process_group("gloo")
+    try:
+        fn(*args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,100 @@
+"""parallelize(): tensor parallel (+ sequence parallel) first, then FSDP2 per decoder block and the root.
+
+Works on HF decoder stacks laid out like Qwen2/Llama (``layers[i].self_attn.{q,k,v,o}_proj``,
+``layers[i].mlp.{gate,up,down}_proj``, ``input_layernorm``, ``post_attention_layernorm``). HF attention
+reshapes with ``view(..., -1, head_dim)``, so column-sharded projections simply hold the local heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from dtppo.distributed.parallel_dims import MeshAxis, ParallelDims
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder blocks of a causal LM, a base model, or a ValueModel."""
+    for path in ("model.layers", "backbone.layers", "layers"):
+        module = model
+        try:
+            for name in path.split("."):
+                module = getattr(module, name)
+        except AttributeError:
+            continue
+        return module
+    raise ValueError(f"cannot find decoder layers in {type(model).__name__}")
+
+
+def _layer_plan(sequence_parallel: bool) -> dict:
+    """Megatron-style plan for one block. With SP the norms run on sequence shards and the block's entry
+    and exit convert between the replicated residual stream and sequence shards (SP stays inside the block,
+    because HF builds masks and rotary tables for the full sequence outside it)."""
+    out_layout = Shard(1) if sequence_parallel else Replicate()
+    plan = {
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(output_layouts=out_layout, use_local_output=not sequence_parallel),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(output_layouts=out_layout, use_local_output=not sequence_parallel),
+    }
+    if sequence_parallel:
+        plan |= {
+            "input_layernorm": SequenceParallel(),
+            "post_attention_layernorm": SequenceParallel(),
+            "self_attn": PrepareModuleInput(
+                input_kwarg_layouts={"hidden_states": Shard(1)},
+                desired_input_kwarg_layouts={"hidden_states": Replicate()},
+            ),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        }
+    return plan
+
+
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> None:
+    for layer in decoder_layers(model):
+        parallelize_module(layer, tp_mesh, _layer_plan(sequence_parallel))
+        if sequence_parallel:
+            entry_exit = {
+                "": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),)),
+            }
+            parallelize_module(layer, tp_mesh, entry_exit)
+            parallelize_module(
+                layer, tp_mesh,
+                PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
+                                    use_local_output=True),
+            )
+
+
+def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims) -> nn.Module:
+    """In place: TP (+SP) over the ``tp`` axis, then FSDP2 over ``dp_shard`` (each block, then the root).
+
+    CPU runs keep fp32 everywhere; on GPU parameters compute in bf16 with fp32 gradient reduction.
+    Gradients are summed, not averaged, across ranks: losses are already divided by the global token count.
+    """
+    if dims.tp > 1:
+        apply_tp(model, mesh[MeshAxis.TP], dims.sequence_parallel)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if torch.cuda.is_available() \
+        else MixedPrecisionPolicy()
+    dp_mesh = mesh[MeshAxis.DP_SHARD]
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=dp_mesh, mp_policy=mp)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
+    return model

@@ -1,0 +1,85 @@
+"""Run the same worker code in one process and on 2 gloo ranks, and return what each computed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from dtppo import config as config_lib
+from dtppo.distributed.comm import rank
+from dtppo.distributed.launch import run_ranks
+from dtppo.models.tokenizer import build_char_tokenizer
+from dtppo.types import Experience, build_response_mask
+from dtppo.workers.policy import PolicyWorker
+from dtppo.workers.value import ValueWorker
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-math-cpu.yaml")
+SMALL_MODEL = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in
+               [("hidden_size", 64), ("num_layers", 2), ("num_heads", 4), ("num_kv_heads", 2),
+                ("intermediate_size", 128)]]
+
+
+def make_config(overrides: list[str]) -> config_lib.Config:
+    # Adam's first step is lr·g/(|g| + eps): with eps = 1e-8 a gradient entry of ~1e-9 turns float
+    # round-off (summation order differs under TP) into a full lr-sized step. eps = 1e-6 keeps the weight
+    # comparison about the sharding, not about that amplification.
+    eps = ["policy.optimizer.eps=1e-6", "value.optimizer.eps=1e-6"]
+    base = [*eps, "ppo.init_from_sft=false", "ppo.num_prompts_per_step=8", "logger.tensorboard=false",
+            "policy.train_global_batch_size=8", "value.train_global_batch_size=8", *SMALL_MODEL]
+    return config_lib.load(RECIPE, base + overrides)
+
+
+def synthetic_experience(vocab: int, batch: int = 8, seed: int = 0) -> Experience:
+    """Rows with different prompt and response lengths, so ranks hold unequal valid-token counts."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(4, 12, (batch,), generator=g)
+    response = torch.randint(1, 14, (batch,), generator=g)
+    response[: batch // 2] = torch.randint(1, 4, (batch // 2,), generator=g)  # rank 0 gets short responses
+    width = int((prompt + response).max())
+    ids = torch.randint(3, vocab, (batch, width), generator=g)
+    attention = (torch.arange(width)[None] < (prompt + response)[:, None]).long()
+    mask = build_response_mask(prompt, response, width)
+    return Experience(
+        input_ids=ids * attention, attention_mask=attention, response_mask=mask,
+        gen_logprobs=torch.zeros(batch, width), truncated=torch.zeros(batch, dtype=torch.bool),
+        rewards=torch.rand(batch, generator=g),
+        advantages=torch.randn(batch, width, generator=g) * mask,
+        returns=torch.randn(batch, width, generator=g) * mask,
+    )
+
+
+def worker_round(overrides: list[str], out_path: str) -> None:
+    """Fresh workers: inference, one PPO update of each, results saved by rank 0."""
+    cfg = make_config(overrides)
+    tok = build_char_tokenizer()
+    policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
+    exp = synthetic_experience(len(tok))
+    values, logprobs = value.get_values(exp), policy.get_logprobs(exp)
+    noise = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(1)) * 0.1
+    exp = exp.replace(old_values=values + 0.3 * noise, old_logprobs=logprobs + noise)
+    value_metrics, policy_metrics = value.train(exp), policy.train(exp)
+    policy.finish_training()  # refreshes the generation replica, as the trainer's lifecycle does
+    result = {
+        "values": values, "logprobs": logprobs, "value_metrics": value_metrics, "policy_metrics": policy_metrics,
+        "policy_weights": _full(policy.model), "value_weights": _full(value.model),
+        "rollout_weights": {k: v.clone() for k, v in policy.rollout_model.state_dict().items()},
+    }
+    if rank() == 0:
+        torch.save(result, out_path)
+
+
+def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in
+            get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()}
+
+
+def run(fn, world: int, overrides: list[str]) -> dict:
+    """``fn(overrides, out_path)`` on ``world`` ranks (1 = this process); returns rank 0's saved result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.pt")
+        run_ranks(fn, world, [*overrides, f"cluster.workers_per_node={world}"], out)
+        return torch.load(out, weights_only=False)
