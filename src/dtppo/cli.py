@@ -81,10 +81,9 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from dtppo.plot import plot_run
+    from dtppo.plot import plot_runs
 
-    for path in plot_run(args.log_dir):
-        print(f"wrote {path}")
+    print(f"wrote {plot_runs(args.log_dirs, args.out)}")
 
 
 def _table(title: str, values: dict) -> str:
@@ -132,8 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint_dir", type=Path)
     export.add_argument("out_dir", type=Path)
     export.set_defaults(fn=cmd_export)
-    plot = sub.add_parser("plot", help="write PNG curves from LOG_DIR/metrics.jsonl")
-    plot.add_argument("log_dir", type=Path)
+    plot = sub.add_parser("plot", help="write PNG curves from LOG_DIR/metrics.jsonl (several runs overlaid)")
+    plot.add_argument("log_dirs", type=Path, nargs="+")
+    plot.add_argument("--out", type=Path, default=None, help="PNG path (default: FIRST_LOG_DIR/curves.png)")
     plot.set_defaults(fn=cmd_plot)
     return parser
 

@@ -33,6 +33,26 @@ def run_cli(args, cwd, timeout=900, check=True):
     return proc
 
 
+def checkpoint_tensors(step_dir, tmp_path):
+    """Every tensor of a step checkpoint's weights (any layout), flattened to {"policy.model.x": tensor}."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = Path(tmp_path) / f"{Path(step_dir).parent.name}_{Path(step_dir).name}.pt"
+    dcp_to_torch_save(Path(step_dir) / "weights", out)
+    flat = {}
+
+    def walk(prefix, node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(node, torch.Tensor):
+            flat[prefix] = node
+
+    walk("", torch.load(out, weights_only=False))
+    return flat
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

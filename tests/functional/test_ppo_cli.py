@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import FAST, TINY, read_jsonl, run_cli
+from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
 from dtppo.models.value import ValueModel
 
 
@@ -40,15 +40,19 @@ def test_reference_gates(ppo_run):
 def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
     cwd, _ = ppo_run
     assert sorted(p.name for p in (cwd / "ckpt").iterdir()) == ["step_2"]
-    state = torch.load(cwd / "ckpt" / "step_2" / "state.pt", weights_only=False)
+    step_dir = cwd / "ckpt" / "step_2"
+    assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "trainer.pt", "weights"]
+    state = torch.load(step_dir / "trainer.pt", weights_only=False)
     assert state["steps_done"] == 2 and state["loader"]["offset"] == 32
+    saved = checkpoint_tensors(step_dir, tmp_path)
+    assert any(k.startswith("policy.optim.state") for k in saved)  # optimizer state is in the checkpoint
     run_cli(["export", cwd / "ckpt", tmp_path / "hf"], cwd)
     policy = AutoModelForCausalLM.from_pretrained(tmp_path / "hf" / "policy").eval()
     for name, tensor in policy.state_dict().items():
-        assert torch.equal(tensor, state["policy"]["model"][name]), name
+        assert torch.equal(tensor, saved[f"policy.model.{name}"]), name
     critic = ValueModel.from_pretrained(tmp_path / "hf" / "critic").eval()
     for name, tensor in critic.state_dict().items():
-        assert torch.equal(tensor, state["value"]["model"][name]), name
+        assert torch.equal(tensor, saved[f"value.model.{name}"]), name
     ids = torch.randint(3, 90, (2, 10))
     assert critic.values(ids, torch.ones_like(ids)).shape == (2, 10)
 

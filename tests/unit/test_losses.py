@@ -57,7 +57,9 @@ def test_value_loss_matches_float64_reference():
     vc = old64 + (v64 - old64).clamp(-0.5, 0.5)
     ref = 0.5 * 0.7 * (torch.maximum((v64 - ret64) ** 2, (vc - ret64) ** 2) * mask).sum()
     assert abs(loss.item() - ref.item()) < 1e-5
-    clipped = (((vc - ret64) ** 2 > (v64 - ret64) ** 2).double() * mask).sum()
+    active = ((v64 - old64).abs() > 0.5) & ((vc - ret64) ** 2 > (v64 - ret64) ** 2)
+    clipped = (active.double() * mask).sum()
+    assert clipped > 0
     assert stats["vf_clipfrac_sum"].item() == clipped.item()
     unclipped, _ = value_loss(v, old, ret, mask, clip=None)
     assert abs(unclipped.item() - (0.5 * ((v64 - ret64) ** 2 * mask).sum()).item()) < 1e-5
@@ -94,3 +96,11 @@ def test_explained_variance_uses_only_valid_tokens():
     m = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     assert abs(explained_var(r, v, m).item() - 1.0) < 1e-6
     assert abs(explained_var(r, torch.zeros_like(r), m).item()) < 1e-6  # V = 0 explains nothing
+
+
+def test_vf_clipfrac_ignores_round_off_inside_the_clip_range():
+    torch.manual_seed(2)
+    old = torch.randn(4, 50)
+    values = old + torch.randn(4, 50) * 1e-7  # the same critic, recomputed
+    _, stats = value_loss(values, old, torch.randn(4, 50), torch.ones(4, 50), clip=0.5)
+    assert stats["vf_clipfrac_sum"].item() == 0.0

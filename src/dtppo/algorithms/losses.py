@@ -76,7 +76,8 @@ def value_loss(
         values_clipped = old_values + (values - old_values).clamp(-clip, clip)
         err_clipped = (values_clipped - returns) ** 2
         per_token = torch.maximum(err, err_clipped)
-        clipped = (err_clipped > err).float()
+        # Only a real clip counts: inside the range V_clip equals V up to round-off, which must not vote.
+        clipped = (((values - old_values).abs() > clip) & (err_clipped > err)).float()
     loss = 0.5 * scale * masked_sum(per_token, mask)
     return loss, {"vf_clipfrac_sum": masked_sum(clipped, mask).detach()}
 

@@ -1,0 +1,92 @@
+"""`dtppo ppo ... cluster.workers_per_node=2`: two gloo ranks started by the CLI itself.
+
+Checks: the reference gates; the first step's metrics equal the single-process run's (rollouts are
+layout-invariant); a checkpoint written at dp=2 resumes at dp=1 and at dp=2 with the same next step; export
+of a sharded checkpoint gives consolidated HF weights.
+"""
+
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
+
+RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
+
+
+def _args(sft_dir, name, steps, workers):
+    return ["ppo", TINY, *FAST, *RANK_MICRO, f"sft.output_dir={sft_dir}", f"ppo.max_num_steps={steps}",
+            "ppo.val_period=2", f"cluster.workers_per_node={workers}", f"logger.log_dir={name}/log",
+            f"checkpointing.checkpoint_dir={name}/ckpt", "checkpointing.save_period=2", "checkpointing.keep_last=5"]
+
+
+def _metrics(cwd, name, step):
+    return next(r for r in read_jsonl(cwd / name / "log" / "metrics.jsonl") if r["step"] == step)
+
+
+@pytest.fixture(scope="module")
+def runs(sft_dir, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("multirank")
+    run_cli(_args(sft_dir, "dp1", 2, 1), cwd)
+    run_cli(_args(sft_dir, "dp2", 2, 2), cwd)
+    return cwd
+
+
+def test_two_ranks_pass_the_reference_gates(runs):
+    for step in (1, 2):
+        r = _metrics(runs, "dp2", step)
+        assert r["train/token_mult_prob_error"] < 1.05
+        assert 0.79 < r["train/probs_ratio_clamped_min"] < 1.21
+        assert 0.79 < r["train/probs_ratio_clamped_max"] < 1.29
+        assert 0 <= r["train/critic/loss"] < 6
+        assert r["train/critic/explained_var"] <= 1.0001
+        assert r["train/critic/grad_norm"] < 350
+
+
+def test_first_step_metrics_match_single_process(runs):
+    one, two = _metrics(runs, "dp1", 1), _metrics(runs, "dp2", 1)
+    compared = [k for k in one if not k.startswith(("timing/", "perf/")) and k != "step"]
+    assert len(compared) > 20 and set(compared) <= set(two)
+    for key in compared:
+        assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+
+
+def test_dp2_checkpoint_resumes_at_dp1_and_dp2_alike(runs, sft_dir):
+    shutil.copytree(runs / "dp2", runs / "resume1")
+    shutil.copytree(runs / "dp2", runs / "resume2")
+    assert "resumed from" in run_cli(_args(sft_dir, "resume1", 3, 1), runs).stdout
+    assert "resumed from" in run_cli(_args(sft_dir, "resume2", 3, 2), runs).stdout
+    at_dp1, at_dp2 = _metrics(runs, "resume1", 3), _metrics(runs, "resume2", 3)
+    for key in at_dp1:
+        if not key.startswith(("timing/", "perf/")):
+            assert at_dp2[key] == pytest.approx(at_dp1[key], rel=1e-4, abs=1e-6), key
+
+
+def test_export_of_a_sharded_checkpoint(runs, tmp_path):
+    run_cli(["export", runs / "dp2" / "ckpt", tmp_path / "hf"], runs)
+    saved = checkpoint_tensors(runs / "dp2" / "ckpt" / "step_2", tmp_path)
+    policy = AutoModelForCausalLM.from_pretrained(tmp_path / "hf" / "policy")
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(tensor, saved[f"policy.model.{name}"]), name
+    two_shard_files = sorted(p.name for p in (runs / "dp2" / "ckpt" / "step_2" / "weights").glob("*.distcp"))
+    assert two_shard_files == ["__0_0.distcp", "__1_0.distcp"]
+
+
+def test_same_entry_point_under_torchrun(runs, sft_dir):
+    import os
+    import subprocess
+    import sys
+
+    args = _args(sft_dir, "torchrun", 1, 2)[1:]  # drop the "ppo" sub-command; it is given below
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dtppo", "ppo",
+         *args],
+        cwd=runs, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    launched, spawned = _metrics(runs, "torchrun", 1), _metrics(runs, "dp2", 1)
+    for key in spawned:
+        if not key.startswith(("timing/", "perf/")) and key in launched:
+            assert launched[key] == pytest.approx(spawned[key], rel=1e-4, abs=1e-6), key
