@@ -14,11 +14,11 @@ from dtppo.models.causal_lm import build_causal_lm
 from dtppo.ops import logprobs_from_logits
 from dtppo.rollout.sampler import SamplingParams, generate
 from dtppo.types import Experience
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.base import Worker
 from dtppo.workers.placement import Placement, pad_to
 
 
-class PolicyWorker:
+class PolicyWorker(Worker):
     """Owns the policy model, its optimizer and (when KL is used) a frozen reference copy.
 
     Log-probs are taken under ``softmax(logits / temperature)``, the distribution generation samples from,
@@ -42,22 +42,10 @@ class PolicyWorker:
         if cfg.loss.kl_coef > 0.0:
             self.reference = self.placement.wrap(copy.deepcopy(full).eval().requires_grad_(False))
         self.model = self.placement.wrap(full)
-        p = self.placement
-        self.engine = TrainEngine(self.model, cfg.policy.optimizer, cfg.policy.scheduler, cfg.policy.max_grad_norm,
-                                  p.dp_rank, p.dp_size, p.dp_group)
-
-    # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
-    def prepare_for_inference(self) -> None:
-        self.model.eval()
-
-    def finish_inference(self) -> None:
-        pass
-
-    def prepare_for_training(self) -> None:
-        self.model.train()
+        self.engine = self._build_engine(cfg.policy)
 
     def finish_training(self) -> None:
-        self.model.eval()
+        super().finish_training()
         self.sync_rollout_model()
 
     def sync_rollout_model(self) -> None:
@@ -115,12 +103,6 @@ class PolicyWorker:
             experience, loss_fn, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
         )
 
-    # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
-    def save_checkpoint(self) -> tuple[dict, dict]:
-        return self.engine.state_dict(), self.engine.extra_state()
-
     def load_checkpoint(self, sharded: dict, extra: dict) -> None:
-        self.engine.load_state_dict(sharded)
-        self.engine.load_extra_state(extra)
+        super().load_checkpoint(sharded, extra)
         self.sync_rollout_model()
-

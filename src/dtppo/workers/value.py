@@ -10,11 +10,11 @@ from dtppo.config import Config
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
 from dtppo.types import Experience
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.base import Worker
 from dtppo.workers.placement import Placement, pad_to
 
 
-class ValueWorker:
+class ValueWorker(Worker):
     """Owns the value model (backbone + scalar head) and its optimizer.
 
     The global RNG is seeded before any model is built and the head has its own seeded generator, so a fresh
@@ -26,24 +26,10 @@ class ValueWorker:
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed)
-        self.placement = p = Placement(cfg.value.parallel)
-        self.model = p.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
+        self.placement = Placement(cfg.value.parallel)
+        self.model = self.placement.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
                                        shift=cfg.value.shift_values))
-        self.engine = TrainEngine(self.model, cfg.value.optimizer, cfg.value.scheduler, cfg.value.max_grad_norm,
-                                  p.dp_rank, p.dp_size, p.dp_group)
-
-    # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
-    def prepare_for_inference(self) -> None:
-        self.model.eval()
-
-    def finish_inference(self) -> None:
-        pass
-
-    def prepare_for_training(self) -> None:
-        self.model.train()
-
-    def finish_training(self) -> None:
-        self.model.eval()
+        self.engine = self._build_engine(cfg.value)
 
     @torch.no_grad()
     def get_values(self, experience: Experience) -> torch.Tensor:
@@ -73,11 +59,3 @@ class ValueWorker:
         return self.engine.train(
             experience, loss_fn, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
         )
-
-    # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
-    def save_checkpoint(self) -> tuple[dict, dict]:
-        return self.engine.state_dict(), self.engine.extra_state()
-
-    def load_checkpoint(self, sharded: dict, extra: dict) -> None:
-        self.engine.load_state_dict(sharded)
-        self.engine.load_extra_state(extra)

@@ -1,0 +1,43 @@
+"""What the policy and value workers share: placement, training engine, lifecycle hooks, checkpoint state."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from dtppo.config import PolicyConfig, ValueConfig
+from dtppo.workers.engine import TrainEngine
+from dtppo.workers.placement import Placement
+
+
+class Worker:
+    """A plain class owning one model on this rank; orchestration (local ranks, later Ray) wraps it."""
+
+    placement: Placement
+    model: nn.Module
+    engine: TrainEngine
+
+    def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
+        p = self.placement
+        return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm,
+                           p.dp_rank, p.dp_size, p.dp_group)
+
+    # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
+    def prepare_for_inference(self) -> None:
+        self.model.eval()
+
+    def finish_inference(self) -> None:
+        pass
+
+    def prepare_for_training(self) -> None:
+        self.model.train()
+
+    def finish_training(self) -> None:
+        self.model.eval()
+
+    # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
+    def save_checkpoint(self) -> tuple[dict, dict]:
+        return self.engine.state_dict(), self.engine.extra_state()
+
+    def load_checkpoint(self, sharded: dict, extra: dict) -> None:
+        self.engine.load_state_dict(sharded)
+        self.engine.load_extra_state(extra)
