@@ -77,3 +77,23 @@ def test_bad_override_exits_2_naming_the_key(tmp_path):
     proc = run_cli(["ppo", TINY, "policy.optimizer.lr=-0.1"], tmp_path, check=False)
     assert proc.returncode == 2 and "policy.optimizer.lr" in proc.stderr
     assert not (tmp_path / "runs").exists()  # refused before any compute
+
+
+@pytest.mark.parametrize(
+    "extra, policy_trained",
+    [
+        (["loss.kl_coef=0.1", "loss.kl_in_reward=true", "loss.kl_estimator=k1"], True),
+        (["loss.kl_coef=0.1", "loss.kl_in_reward=false", "loss.kl_estimator=k3", "ppo.ppo_epochs=2"], True),
+        (["ppo.policy_training_start_step=1", "ppo.length_adaptive_alpha=0.5", "ppo.lambda_value=0.95"], False),
+    ],
+    ids=["kl-in-reward", "kl-in-loss", "critic-warmup"],
+)
+def test_one_step_variants(sft_dir, tmp_path, extra, policy_trained):
+    run_cli(["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=1", "ppo.val_at_start=false",
+             "checkpointing.enabled=false", "logger.log_dir=log", *extra], tmp_path)
+    (record,) = read_jsonl(tmp_path / "log" / "metrics.jsonl")
+    assert record["step"] == 1 and math.isfinite(record["train/critic/loss"])
+    assert ("train/probs_ratio" in record) == policy_trained
+    if "loss.kl_coef=0.1" in extra:
+        # the reference starts equal to the policy: the first rollout's KL is ~0 for every estimator
+        assert abs(record["train/kl_penalty"]) < 1e-4

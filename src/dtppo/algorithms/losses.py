@@ -49,9 +49,8 @@ def policy_loss(
         "approx_entropy_sum": masked_sum(-ratio * logprobs, mask),
     }
     if ref_logprobs is not None and kl_coef > 0.0:
-        kl = masked_sum(kl_estimate(kl_estimator, logprobs, ref_logprobs), mask)
-        loss = loss + kl_coef * kl
-        stats["kl_penalty_sum"] = kl
+        # Logged once per step from the rollout (train/kl_penalty), not per microbatch here.
+        loss = loss + kl_coef * masked_sum(kl_estimate(kl_estimator, logprobs, ref_logprobs), mask)
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
