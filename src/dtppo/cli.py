@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import sys
 from pathlib import Path
 
@@ -14,10 +16,12 @@ def _load(args: argparse.Namespace) -> config_lib.Config:
 
     try:
         cfg = config_lib.load(args.recipe, args.overrides)
-        if cfg.cluster.num_nodes > 1 and not under_torchrun():
+        if cfg.cluster.num_nodes > 1 and cfg.cluster.backend == "local" and not under_torchrun():
             raise config_lib.ConfigError(
-                "cluster.num_nodes: several nodes need a launcher (torchrun) to start the ranks on each node"
+                "cluster.num_nodes: several nodes need cluster.backend=ray or a launcher (torchrun) on each node"
             )
+        if cfg.cluster.backend == "ray" and under_torchrun():
+            raise config_lib.ConfigError("cluster.backend: ray starts its own ranks; do not run it under torchrun")
     except config_lib.ConfigError as err:
         print(f"dtppo: config error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -32,7 +36,7 @@ def cmd_sft(args: argparse.Namespace) -> None:
 
 
 def cmd_ppo(args: argparse.Namespace) -> None:
-    from dtppo.distributed.launch import run_ranks, under_torchrun
+    from dtppo.distributed.launch import under_torchrun
     from dtppo.sft import run_sft, sft_is_done
 
     cfg = _load(args)
@@ -42,7 +46,41 @@ def cmd_ppo(args: argparse.Namespace) -> None:
             raise SystemExit(f"dtppo: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
         print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
         sft_results = run_sft(cfg)
-    run_ranks(_ppo_rank, cfg.cluster.world_size, cfg.to_dict(), sft_results)
+    group = _worker_group(cfg)
+    try:
+        group.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+    finally:
+        group.shutdown()
+
+
+def _absolute_paths(tree: dict) -> dict:
+    """Ranks may run in another working directory (Ray workers do): anchor every local path at ours.
+    Output paths always; input paths only when they exist here, so hub names like "Qwen/..." stay names."""
+    tree = copy.deepcopy(tree)
+    outputs = [("logger", "log_dir"), ("checkpointing", "checkpoint_dir"), ("sft", "output_dir")]
+    inputs = [("policy", "model", "path"), ("value", "model", "path"), ("data", "train", "path"),
+              ("data", "validation", "path")]
+    for keys in outputs + inputs:
+        *parents, leaf = keys
+        node = functools.reduce(dict.__getitem__, parents, tree)
+        value = node.get(leaf)
+        if value is not None and (keys in outputs or Path(value).exists()):
+            node[leaf] = str(Path(value).resolve())
+    return tree
+
+
+def _worker_group(cfg: config_lib.Config):
+    """Where the ranks run: this machine (spawned processes / torchrun) or Ray actors."""
+    if cfg.cluster.backend == "ray":
+        from dtppo.orchestration.ray_group import RayWorkerGroup
+
+        group = RayWorkerGroup(cfg.cluster, cfg.cluster.world_size, cfg.cluster.ray_temp_dir)
+        print("ranks placed on Ray nodes: " + ", ".join(f"rank {r} -> {node}" for r, node in
+                                                       enumerate(group.placement())), flush=True)
+        return group
+    from dtppo.orchestration.worker_group import LocalWorkerGroup
+
+    return LocalWorkerGroup(cfg.cluster.world_size)
 
 
 def _ppo_rank(tree: dict, sft_results: dict) -> None:

@@ -197,6 +197,11 @@ class CheckpointingConfig:
 class ClusterConfig:
     num_nodes: int = 1
     workers_per_node: int = 1
+    backend: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    ray_placement: Literal["pack", "spread"] = "pack"
+    ray_temp_dir: str = "/tmp/dtppo-ray"
+    ray_timeout_s: float = 120.0
 
     @property
     def world_size(self) -> int:
@@ -407,6 +412,7 @@ def _check(cfg: Config) -> None:
                        cfg.cluster.world_size // worker.parallel.tp)
         _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
     _check_optimizer("sft.optimizer", cfg.sft.optimizer)
+    _require(cfg.cluster.ray_timeout_s > 0, "cluster.ray_timeout_s", "must be > 0")
     _require(0.0 <= cfg.sft.careless_stage.careless_fraction <= 1.0,
              "sft.careless_stage.careless_fraction", "must be in [0, 1]")
     tiny = cfg.data.tiny_math

@@ -1,0 +1,112 @@
+"""Ray implementation of the WorkerGroup: one placement-group bundle and one actor per rank.
+
+The rank itself is the plain ``RankRunner`` class; ``ray.remote`` is applied here, where the actors are
+spawned. Ranks form the torch.distributed group over their node addresses (gloo on CPU, nccl on GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from dtppo.config import ClusterConfig
+
+
+class RankRunner:
+    """One rank: reports where it runs, then joins the process group and runs the SPMD function."""
+
+    def address(self) -> tuple[str, int, str]:
+        """(node IP, a free port on it, Ray node id)."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port, ray.get_runtime_context().get_node_id()
+
+    def run(self, fn: Callable[..., None], args: tuple, rank: int, world_size: int, master: tuple[str, int],
+            local_world_size: int) -> None:
+        from dtppo.distributed.launch import _run_in_group
+
+        os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local_world_size))
+        if master[0].startswith("127."):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        _run_in_group(fn, args)
+
+
+class RayWorkerGroup:
+    """Attach to ``cluster.ray_address`` (or RAY_ADDRESS), else start a local Ray instance for this run."""
+
+    def __init__(self, cluster: ClusterConfig, world_size: int, temp_dir: str | Path):
+        import ray
+        from ray.util.placement_group import placement_group
+
+        self.world_size = world_size
+        address = cluster.ray_address or os.environ.get("RAY_ADDRESS")
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            if address is None:
+                # A private local instance: loopback only, no auth-token file, session files under the run.
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+                ray.init(num_cpus=max(world_size, os.cpu_count() or 1), include_dashboard=False,
+                         _node_ip_address="127.0.0.1", _temp_dir=str(Path(temp_dir).resolve()),
+                         log_to_driver=True)
+            else:
+                ray.init(address=address, log_to_driver=True)
+        gpu = bool(ray.cluster_resources().get("GPU"))
+        bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
+        self.placement_group = placement_group([bundle] * world_size, strategy=cluster.ray_placement.upper())
+        ray.get(self.placement_group.ready(), timeout=cluster.ray_timeout_s)
+        remote = ray.remote(RankRunner)
+        self.actors = [
+            remote.options(num_cpus=1, num_gpus=1 if gpu else 0, name=None,
+                           scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                               placement_group=self.placement_group, placement_group_bundle_index=i)).remote()
+            for i in range(world_size)
+        ]
+        self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=cluster.ray_timeout_s)
+
+    def run(self, fn: Callable[..., None], *args) -> None:
+        import ray
+
+        per_node = Counter(node for _, _, node in self.addresses)
+        master = self.addresses[0][:2]
+        if all(ip == ray.util.get_node_ip_address() for ip, _, _ in self.addresses):
+            master = ("127.0.0.1", master[1])  # every rank on this host: keep the group on loopback
+        refs = [actor.run.remote(fn, args, rank, self.world_size, master, per_node[self.addresses[rank][2]])
+                for rank, actor in enumerate(self.actors)]
+        pending = dict(zip(refs, range(self.world_size)))
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in done:
+                rank = pending.pop(ref)
+                try:
+                    ray.get(ref)
+                except Exception as err:  # an actor died or raised: stop the whole run now, naming it
+                    self.shutdown()
+                    raise RuntimeError(f"rank {rank} (Ray actor on {self.addresses[rank][0]}) failed: "
+                                       f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                                       ) from None
+
+    def placement(self) -> list[str]:
+        """``ip/node-id`` of every rank, in rank order."""
+        return [f"{ip}/{node[:8]}" for ip, _, node in self.addresses]
+
+    def shutdown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        if not ray.is_initialized():
+            return
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        remove_placement_group(self.placement_group)
+        time.sleep(0.1)
+        if self._started_ray:
+            ray.shutdown()
