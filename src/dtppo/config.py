@@ -179,6 +179,12 @@ class SFTConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+    num_workers: int = 1
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoggerConfig:
     log_dir: str = "runs/ppo"
     tensorboard: bool = True
@@ -216,6 +222,7 @@ class Config:
     loss: LossConfig = field(default_factory=LossConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpointing: CheckpointingConfig = field(default_factory=CheckpointingConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -413,6 +420,8 @@ def _check(cfg: Config) -> None:
         _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
     _check_optimizer("sft.optimizer", cfg.sft.optimizer)
     _require(cfg.cluster.ray_timeout_s > 0, "cluster.ray_timeout_s", "must be > 0")
+    _require(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
+    _require(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
     _require(0.0 <= cfg.sft.careless_stage.careless_fraction <= 1.0,
              "sft.careless_stage.careless_fraction", "must be in [0, 1]")
     tiny = cfg.data.tiny_math

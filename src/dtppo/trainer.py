@@ -13,14 +13,14 @@ from dtppo.algorithms.advantages import compute_advantages, length_adaptive_lamb
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
 from dtppo.config import Config
-from dtppo.distributed.comm import is_main_rank
+from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.evaluation import decode_responses, evaluate
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import mean_over, to_floats
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min
-from dtppo.rewards.scoring import score_responses
+from dtppo.rewards.scoring import RewardScorer
 from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.types import Experience
 from dtppo.workers.policy import PolicyWorker
@@ -50,6 +50,7 @@ class PPOTrainer:
         self.value = ValueWorker(cfg, self.tokenizer)
         train_source, self.validation_problems = build_sources(cfg)
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
+        self.scorer = RewardScorer(cfg.reward, cfg.cluster.backend) if is_main_rank() else None
         self.steps_done = 0
 
     # ------------------------------------------------------------------------------------------ one step
@@ -72,8 +73,11 @@ class PPOTrainer:
             )
 
         with timer("reward"):
-            responses = decode_responses(self.tokenizer, experience)
-            experience = experience.replace(rewards=score_responses(responses, [p.answer for p in problems]))
+            rewards = torch.zeros(experience.batch_size)
+            if self.scorer is not None:  # rank 0 scores (fanned out); the others receive the result
+                responses = decode_responses(self.tokenizer, experience)
+                rewards = self.scorer.score(responses, [p.answer for p in problems])
+            experience = experience.replace(rewards=broadcast(rewards))
 
         with timer("value_inference"):
             self.value.prepare_for_inference()
@@ -193,6 +197,8 @@ class PPOTrainer:
                     self.save()
         finally:
             logger.close()
+            if self.scorer is not None:
+                self.scorer.close()
         return history
 
     def save(self) -> Path:

@@ -46,6 +46,15 @@ def all_gather_rows(x: torch.Tensor, group: dist.ProcessGroup | None = None, pad
     return torch.cat(parts)
 
 
+def broadcast(x: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """Rank ``src``'s ``x`` on every rank (same shape and dtype everywhere)."""
+    if not is_distributed():
+        return x
+    out = x.detach().clone()
+    dist.broadcast(out, src=src)
+    return out
+
+
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
