@@ -1,8 +1,9 @@
 """Scoring a batch of responses against their ground truths, off the training loop's process.
 
-A local run fans chunks out to a process pool, a Ray run to Ray tasks. Either way ``gsm8k_reward`` runs in
-a worker's main thread (math-verify's own timeouts work there), and a chunk that misses ``timeout_s`` scores
-0.0 instead of stalling the step. ``num_workers: 0`` scores in this process.
+A local run fans chunks out to a process pool, a Ray run to long-lived Ray scoring actors (sync actors run
+their calls in their main thread, and import math-verify once instead of once per task). Either way
+``gsm8k_reward`` runs in a worker's main thread, where math-verify's own timeouts work, and a chunk that misses
+``timeout_s`` scores 0.0 instead of stalling the step. ``num_workers: 0`` scores in this process.
 """
 
 from __future__ import annotations
@@ -28,13 +29,20 @@ def _score_chunk(responses: list[str], ground_truths: list[str]) -> list[float]:
     return [gsm8k_reward(r, g) for r, g in zip(responses, ground_truths)]
 
 
+class ScoringActor:
+    """Plain class; made a Ray actor by RewardScorer."""
+
+    def score(self, responses: list[str], ground_truths: list[str]) -> list[float]:
+        return _score_chunk(responses, ground_truths)
+
+
 def _chunks(n: int, parts: int) -> list[slice]:
     size = -(-n // parts)
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 class RewardScorer:
-    """Fans scoring out to ``num_workers`` processes (backend "local") or Ray tasks (backend "ray")."""
+    """Fans scoring out to ``num_workers`` processes (backend "local") or Ray actors (backend "ray")."""
 
     def __init__(self, cfg: RewardConfig, backend: str):
         self.cfg, self.backend = cfg, backend
@@ -45,7 +53,8 @@ class RewardScorer:
             import ray
 
             # num_cpus=0: the rank actors hold the placement group's CPUs; scoring must still schedule.
-            self._remote = ray.remote(num_cpus=0)(_score_chunk)
+            self._actor_cls = ray.remote(num_cpus=0)(ScoringActor)
+            self.actors = [self._actor_cls.remote() for _ in range(cfg.num_workers)]
 
     def score(self, responses: list[str], ground_truths: list[str]) -> torch.Tensor:
         """[B] float32 rewards; late chunks score 0.0 and are counted in a warning."""
@@ -66,11 +75,14 @@ class RewardScorer:
     def _score_ray(self, responses, truths, parts) -> list[float]:
         import ray
 
-        refs = [self._remote.remote(responses[p], truths[p]) for p in parts]
-        ready, late = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.timeout_s)
-        for ref in late:
-            ray.cancel(ref, force=True)
-        return self._collect(parts, [ray.get(r) if r in ready else None for r in refs])
+        refs = [actor.score.remote(responses[p], truths[p]) for actor, p in zip(self.actors, parts)]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.timeout_s)
+        results = [ray.get(r) if r in ready else None for r in refs]
+        for i, result in enumerate(results):
+            if result is None:  # a stuck actor is replaced, so the next step has its full capacity
+                ray.kill(self.actors[i], no_restart=True)
+                self.actors[i] = self._actor_cls.remote()
+        return self._collect(parts, results)
 
     @staticmethod
     def _collect(parts: list[slice], results: list[list[float] | None]) -> list[float]:
@@ -82,3 +94,8 @@ class RewardScorer:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.backend == "ray" and self.cfg.num_workers > 0:
+            import ray
+
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
