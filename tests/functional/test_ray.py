@@ -37,7 +37,13 @@ def _comparable(record):
     return {k: v for k, v in record.items() if not k.startswith(("timing/", "perf/"))}
 
 
+def _ray_processes(marker: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+
+
 def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
+    token = Path.home() / ".ray" / "auth_token"
+    token_before = token.stat().st_mtime if token.exists() else None
     run_cli(_args(sft_dir, "local", 2, "cluster.workers_per_node=2"), tmp_path)
     proc = run_cli(_args(sft_dir, "ray", 2, "cluster.workers_per_node=2", "cluster.backend=ray",
                          f"cluster.ray_temp_dir={ray_tmp}"), tmp_path)
@@ -45,7 +51,8 @@ def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
     local = [_comparable(r) for r in read_jsonl(tmp_path / "local/log/metrics.jsonl")]
     remote = [_comparable(r) for r in read_jsonl(tmp_path / "ray/log/metrics.jsonl")]
     assert [r["step"] for r in remote] == [0, 1, 2] and remote == local
-    assert not os.path.exists(os.path.expanduser("~/.ray/auth_token")) or os.environ.get("RAY_AUTH_MODE") != "disabled"
+    assert (token.stat().st_mtime if token.exists() else None) == token_before  # no auth-token file written
+    assert not _ray_processes(ray_tmp) and not _ray_processes("ray::RankRunner")  # clean shutdown
     assert any(p.name.startswith("session_") for p in Path(ray_tmp).iterdir())  # session files stay there
 
 
