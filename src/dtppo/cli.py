@@ -88,9 +88,7 @@ def _ppo_rank(tree: dict, sft_results: dict) -> None:
     from dtppo.distributed.comm import is_main_rank
     from dtppo.trainer import PPOTrainer
 
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    _quiet_transformers()
     cfg = config_lib.from_dict(tree)
     history = PPOTrainer(cfg).fit()
     if is_main_rank():
@@ -176,9 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+def _quiet_transformers() -> None:
+    """No per-file progress bars from transformers in logs (each spawned rank or actor calls this too)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    _quiet_transformers()
     args.fn(args)
