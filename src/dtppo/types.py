@@ -20,6 +20,12 @@ def build_response_mask(prompt_lengths: torch.Tensor, response_lengths: torch.Te
     return ((positions >= start) & (positions < start + response_lengths[:, None])).float()
 
 
+def block_rows(num_rows: int, index: int, count: int) -> slice:
+    """The ``index``-th of ``count`` equal contiguous row blocks (a data-parallel rank's share)."""
+    size = num_rows // count
+    return slice(index * size, (index + 1) * size)
+
+
 @dataclass(frozen=True)
 class Experience:
     """Everything one PPO step knows about its samples; later fields are filled phase by phase.
@@ -64,9 +70,9 @@ class Experience:
 
 
     def shard(self, index: int, count: int) -> Experience:
-        """The ``index``-th of ``count`` equal contiguous row blocks (a data-parallel rank's share)."""
-        size = self.batch_size // count
-        return self.slice(index * size, (index + 1) * size)
+        """Rows ``block_rows(batch_size, index, count)``: a data-parallel rank's share."""
+        rows = block_rows(self.batch_size, index, count)
+        return self.slice(rows.start, rows.stop)
 
 
 def _rows(x: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -9,7 +11,7 @@ from dtppo.config import ParallelConfig
 from dtppo.distributed.comm import all_gather_rows, world_size
 from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_group
 from dtppo.distributed.parallelize import parallelize
-from dtppo.types import Experience
+from dtppo.types import Experience, block_rows
 
 
 class Placement:
@@ -30,8 +32,18 @@ class Placement:
         return parallelize(model, self.mesh, self.dims) if self.sharded else model
 
     def my_rows(self, num_rows: int) -> slice:
-        size = num_rows // self.dp_size
-        return slice(self.dp_rank * size, (self.dp_rank + 1) * size)
+        return block_rows(num_rows, self.dp_rank, self.dp_size)
+
+    def map_rows(self, experience: Experience, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 chunk_size: int) -> torch.Tensor:
+        """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of
+        ``chunk_size``; the blocks are gathered back into ``[B, T]`` on every rank, 0 on padding (pads hold
+        no token and no state, whatever the row layout)."""
+        local = experience.shard(self.dp_rank, self.dp_size)
+        chunks = [fn(local.input_ids[start : start + chunk_size], local.attention_mask[start : start + chunk_size])
+                  for start in range(0, local.batch_size, chunk_size)]
+        out = pad_to(self.gather(torch.cat(chunks)), experience.input_ids.shape[1])
+        return out * experience.attention_mask
 
     def gather(self, x: torch.Tensor, pad_value: float = 0) -> torch.Tensor:
         """Rows computed by each dp rank, concatenated back into the whole batch (on every rank)."""

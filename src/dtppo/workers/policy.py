@@ -15,7 +15,7 @@ from dtppo.ops import logprobs_from_logits
 from dtppo.rollout.sampler import SamplingParams, generate
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
-from dtppo.workers.placement import Placement, pad_to
+from dtppo.workers.placement import Placement
 
 
 class PolicyWorker(Worker):
@@ -75,15 +75,11 @@ class PolicyWorker(Worker):
         return self._logprobs(self.reference, experience)
 
     def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:
-        local = experience.shard(self.placement.dp_rank, self.placement.dp_size)
-        size = self.cfg.policy.logprob_batch_size
-        chunks = []
-        for start in range(0, local.batch_size, size):
-            rows = slice(start, start + size)
-            logits = model(input_ids=local.input_ids[rows], attention_mask=local.attention_mask[rows]).logits
-            chunks.append(logprobs_from_logits(logits / self.temperature, local.input_ids[rows]))
-        logprobs = pad_to(self.placement.gather(torch.cat(chunks)), experience.input_ids.shape[1])
-        return logprobs * experience.attention_mask
+        def logprobs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return logprobs_from_logits(logits / self.temperature, input_ids)
+
+        return self.placement.map_rows(experience, logprobs, self.cfg.policy.logprob_batch_size)
 
     # ---- training
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:

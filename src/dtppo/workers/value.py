@@ -11,7 +11,7 @@ from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
-from dtppo.workers.placement import Placement, pad_to
+from dtppo.workers.placement import Placement
 
 
 class ValueWorker(Worker):
@@ -38,14 +38,7 @@ class ValueWorker(Worker):
         Each dp rank scores its block of whole rows and the blocks are gathered, so the shift inside
         ``values()`` always sees complete sequences, never a shard boundary.
         """
-        local = experience.shard(self.placement.dp_rank, self.placement.dp_size)
-        size = self.cfg.value.inference_batch_size
-        chunks = [
-            self.model.values(local.input_ids[start : start + size], local.attention_mask[start : start + size])
-            for start in range(0, local.batch_size, size)
-        ]
-        values = pad_to(self.placement.gather(torch.cat(chunks)), experience.input_ids.shape[1])
-        return values * experience.attention_mask  # pads hold no state: 0 there, whatever the row layout
+        return self.placement.map_rows(experience, self.model.values, self.cfg.value.inference_batch_size)
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of value regression onto ``experience.returns`` (needs old_values and returns)."""
