@@ -180,7 +180,7 @@ class SFTConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RewardConfig:
-    num_workers: int = 1
+    num_workers: int = 0
     timeout_s: float = 30.0
 
 

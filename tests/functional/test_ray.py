@@ -45,7 +45,7 @@ def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
     token = Path.home() / ".ray" / "auth_token"
     token_before = token.stat().st_mtime if token.exists() else None
     run_cli(_args(sft_dir, "local", 2, "cluster.workers_per_node=2"), tmp_path)
-    proc = run_cli(_args(sft_dir, "ray", 2, "cluster.workers_per_node=2", "cluster.backend=ray",
+    proc = run_cli(_args(sft_dir, "ray", 2, "cluster.workers_per_node=2", "cluster.backend=ray", "reward.num_workers=2",
                          f"cluster.ray_temp_dir={ray_tmp}"), tmp_path)
     assert "ranks placed on Ray nodes: rank 0 ->" in proc.stdout
     local = [_comparable(r) for r in read_jsonl(tmp_path / "local/log/metrics.jsonl")]
