@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test reliability bench bench-gpu venv clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,24 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# Long fault campaigns (minutes each; not in `make test`), results in bench/results/. Add: RELIABILITY_SCRIPTS += path
+RELIABILITY_SCRIPTS := tests/reliability/kill_campaign.py
+
+reliability: $(STAMP)
+	@for script in $(RELIABILITY_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done
+
+# Benchmarks (minutes; not in `make test`): each prints a table and writes bench/results/<name>.json whose rows
+# carry the command that reproduces them. Add one with: BENCH_SCRIPTS += bench/<name>.py
+BENCH_SCRIPTS := bench/parity.py bench/distributed.py bench/rollout.py bench/vs_trl.py
+BENCH_SCRIPTS += bench/train_flops.py bench/scaling.py bench/memory.py
+
+bench: $(STAMP)
+	@for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done
+
+# On a CUDA machine: numerics vs CPU and a 0.5B-shaped PPO step (without CUDA: a CPU smoke test).
+bench-gpu:
+	bash bench/gpu.sh
 
 clean:
 	rm -rf runs

@@ -1,4 +1,5 @@
-"""``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes exit 2 with one line naming the key."""
+"""``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes exit 2 with one line naming the key; a run
+stopped by non-finite numbers exits 3 and one stopped by a checkpoint fault exits 4, each with one line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from dtppo import config as config_lib
+from dtppo.faults import CheckpointError, NonFiniteError, RunStopped
 
 
 def _load(args: argparse.Namespace) -> config_lib.Config:
@@ -49,6 +51,11 @@ def cmd_ppo(args: argparse.Namespace) -> None:
     group = _worker_group(cfg)
     try:
         group.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+    except Exception as err:
+        # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
+        if getattr(err, "exit_code", None) in (NonFiniteError.exit_code, CheckpointError.exit_code):
+            raise SystemExit(err.exit_code) from None
+        raise
     finally:
         group.shutdown()
 
@@ -90,9 +97,21 @@ def _ppo_rank(tree: dict, sft_results: dict) -> None:
 
     _quiet_transformers()
     cfg = config_lib.from_dict(tree)
-    history = PPOTrainer(cfg).fit()
+    try:
+        history = PPOTrainer(cfg).fit()
+    except RunStopped as err:
+        _report(err)  # on the rank that saw it: a spawned rank's exception would reach the user as a traceback
+        raise SystemExit(err.exit_code) from None
     if is_main_rank():
         print(_results_table(cfg, sft_results, history), flush=True)
+
+
+def _report(err: RunStopped) -> None:
+    """The one line a stopped run leaves on stderr (prefixed with the rank when there are several)."""
+    from dtppo.distributed.comm import rank, world_size
+
+    where = f" (rank {rank()})" if world_size() > 1 else ""
+    print(f"dtppo: error{where}: {err}", file=sys.stderr, flush=True)
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
@@ -102,7 +121,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
     cfg = _load(args)
     trainer = PPOTrainer(cfg)
     trainer.maybe_resume()
-    result = evaluate(trainer.policy.model, trainer.tokenizer, trainer.validation_problems, cfg, trainer.steps_done)
+    result = trainer.policy.run(lambda p: evaluate(p.rollout_model, trainer.tokenizer, trainer.validation_problems,
+                                                   cfg, trainer.steps_done))
     print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
                                 "avg_length": result.avg_length}))
     for question, response, truth, reward in result.samples[:5]:
@@ -184,4 +204,8 @@ def _quiet_transformers() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     _quiet_transformers()
-    args.fn(args)
+    try:
+        args.fn(args)
+    except RunStopped as err:
+        _report(err)
+        raise SystemExit(err.exit_code) from None

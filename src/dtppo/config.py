@@ -9,6 +9,7 @@ with the full dotted key path, and cross-field rules are checked once here so no
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -73,6 +74,7 @@ class GenerationConfig:
 class ParallelConfig:
     tp: int = 1
     sequence_parallel: bool = False
+    unsharded_grad_accumulation: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +88,7 @@ class PolicyConfig:
     train_micro_batch_size: int = 32
     logprob_batch_size: int = 64
     max_grad_norm: float = 1.0
+    sequence_packing: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +103,7 @@ class ValueConfig:
     max_grad_norm: float = 1.0
     head_init_std: float = 0.02
     shift_values: bool = True
+    sequence_packing: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +124,7 @@ class PPOConfig:
     max_val_samples: int = 256
     val_batch_size: int = 256
     init_from_sft: bool = False
+    max_consecutive_nonfinite_steps: int = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +160,7 @@ class DataConfig:
     tiny_math: TinyMathConfig = field(default_factory=TinyMathConfig)
     system_prompt: str | None = None
     max_prompt_tokens: int = 256
+    on_bad_row: Literal["skip", "error"] = "skip"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,7 +186,7 @@ class SFTConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RewardConfig:
-    num_workers: int = 0
+    num_workers: int = 2
     timeout_s: float = 30.0
 
 
@@ -208,10 +214,23 @@ class ClusterConfig:
     ray_placement: Literal["pack", "spread"] = "pack"
     ray_temp_dir: str = "/tmp/dtppo-ray"
     ray_timeout_s: float = 120.0
+    # 0: policy and critic colocated on every rank. N: policy on ranks [0, N), critic on the other ranks,
+    # so the two updates run at the same time on different devices.
+    policy_ranks: int = 0
 
     @property
     def world_size(self) -> int:
         return self.num_nodes * self.workers_per_node
+
+    @property
+    def colocated(self) -> bool:
+        return self.policy_ranks == 0
+
+    def pool(self, role: Literal["policy", "value"]) -> range:
+        """The ranks that hold ``role``'s model."""
+        if self.colocated:
+            return range(self.world_size)
+        return range(self.policy_ranks) if role == "policy" else range(self.policy_ranks, self.world_size)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,6 +277,7 @@ def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Con
         _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
     cfg = _build(Config, tree, path="")
     _check(cfg)
+    _check_inputs_exist(cfg)
     return cfg
 
 
@@ -282,6 +302,8 @@ def _read_recipe(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     parent = tree.pop("defaults", None)
     if parent is None:
         return tree
+    if not isinstance(parent, str) or not (path.parent / parent).is_file():
+        raise ConfigError(f"defaults: recipe file not found: {parent!r} (named in {path})")
     base = _read_recipe(path.parent / parent, seen + (path.resolve(),))
     return _merge(base, tree)
 
@@ -342,7 +364,7 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
     if hint is float:
         if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
             value = float(value)  # PyYAML reads "3e-4" (no dot) as a string
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         return float(value)
     if hint is int:
@@ -399,6 +421,8 @@ def _check(cfg: Config) -> None:
     ]:
         _require(value >= 1, key, f"must be >= 1, got {value}")
     _require(ppo.policy_training_start_step >= 0, "ppo.policy_training_start_step", "must be >= 0")
+    _require(ppo.max_consecutive_nonfinite_steps >= 0, "ppo.max_consecutive_nonfinite_steps",
+             "must be >= 0 (0 = never stop, only skip)")
     _require(0.0 <= ppo.gamma <= 1.0, "ppo.gamma", f"must be in [0, 1], got {ppo.gamma}")
     for key, lam in [("ppo.lambda_value", ppo.lambda_value), ("ppo.lambda_policy", ppo.lambda_policy)]:
         _require(0.0 <= lam <= 1.0, key, f"must be in [0, 1], got {lam}")
@@ -412,16 +436,21 @@ def _check(cfg: Config) -> None:
     gen = cfg.policy.generation
     _require(gen.temperature > 0.0, "policy.generation.temperature", "must be > 0")
     _require(0.0 < gen.top_p <= 1.0, "policy.generation.top_p", "must be in (0, 1]")
+    _require(cfg.cluster.colocated or 0 < cfg.cluster.policy_ranks < cfg.cluster.world_size,
+             "cluster.policy_ranks", f"must be 0 (colocated) or leave the critic at least one of the "
+             f"{cfg.cluster.world_size} ranks, got {cfg.cluster.policy_ranks}")
     for section, worker in [("policy", cfg.policy), ("value", cfg.value)]:
         _check_optimizer(f"{section}.optimizer", worker.optimizer)
         _check_layout(cfg, section, worker.parallel)
         _check_batches(cfg, section, worker.train_global_batch_size, worker.train_micro_batch_size,
-                       cfg.cluster.world_size // worker.parallel.tp)
+                       len(cfg.cluster.pool(section)) // worker.parallel.tp)
         _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
     _check_optimizer("sft.optimizer", cfg.sft.optimizer)
+    _check_schedules_and_sft(cfg)
+    _check_models(cfg)
     _require(cfg.cluster.ray_timeout_s > 0, "cluster.ray_timeout_s", "must be > 0")
     _require(cfg.reward.num_workers >= 0, "reward.num_workers", "must be >= 0")
-    _require(cfg.reward.timeout_s > 0, "reward.timeout_s", "must be > 0")
+    _require(0 < cfg.reward.timeout_s < math.inf, "reward.timeout_s", "must be a finite number of seconds > 0")
     _require(0.0 <= cfg.sft.careless_stage.careless_fraction <= 1.0,
              "sft.careless_stage.careless_fraction", "must be in [0, 1]")
     tiny = cfg.data.tiny_math
@@ -434,8 +463,72 @@ def _check(cfg: Config) -> None:
                  "required when data.task is gsm8k")
 
 
+def _check_schedules_and_sft(cfg: Config) -> None:
+    """Schedules and SFT counters: a bad one would only fail (or divide by zero) steps into a run."""
+    for key, sched in [("policy.scheduler", cfg.policy.scheduler), ("value.scheduler", cfg.value.scheduler),
+                       ("sft.scheduler", cfg.sft.scheduler)]:
+        _require(sched.warmup_steps >= 0, f"{key}.warmup_steps", f"must be >= 0, got {sched.warmup_steps}")
+        _require(sched.total_steps >= 0, f"{key}.total_steps", f"must be >= 0, got {sched.total_steps}")
+        _require(0.0 <= sched.min_lr_ratio <= 1.0, f"{key}.min_lr_ratio",
+                 f"must be in [0, 1], got {sched.min_lr_ratio}")
+    sft, careless = cfg.sft, cfg.sft.careless_stage
+    _require(sft.num_steps >= 0, "sft.num_steps", f"must be >= 0, got {sft.num_steps}")
+    _require(sft.log_period >= 1, "sft.log_period", f"must be >= 1, got {sft.log_period}")
+    _require(sft.max_grad_norm > 0.0, "sft.max_grad_norm", "must be > 0")
+    _require(careless.num_steps >= 0, "sft.careless_stage.num_steps", f"must be >= 0, got {careless.num_steps}")
+    _require(0.0 < careless.lr < math.inf, "sft.careless_stage.lr", f"must be finite and > 0, got {careless.lr}")
+    _require(0.0 <= cfg.value.head_init_std < math.inf, "value.head_init_std", "must be finite and >= 0")
+    for key, directory in [("logger.log_dir", cfg.logger.log_dir), ("sft.output_dir", sft.output_dir),
+                           ("checkpointing.checkpoint_dir", cfg.checkpointing.checkpoint_dir)]:
+        _require(directory.strip() != "", key, "must name a directory, got an empty string")
+
+
+def _check_models(cfg: Config) -> None:
+    """A tiny model's shape must be buildable, and tensor parallelism must split whole heads."""
+    for section in ("policy", "value"):
+        key = f"{section}.model.tiny"
+        tiny = getattr(cfg, section).model.tiny
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                     "max_position_embeddings"):
+            _require(getattr(tiny, name) >= 1, f"{key}.{name}", f"must be >= 1, got {getattr(tiny, name)}")
+        _require(tiny.hidden_size % (2 * tiny.num_heads) == 0, f"{key}.hidden_size",
+                 f"must be an even multiple of {key}.num_heads (rotary embeddings need an even head size)")
+        _require(tiny.num_heads % tiny.num_kv_heads == 0, f"{key}.num_kv_heads", f"must divide {key}.num_heads")
+        built = _tiny_architecture(cfg, section)
+        tp = getattr(cfg, section).parallel.tp
+        if built is not None and tp > 1:
+            _require(built.num_kv_heads % tp == 0 and built.intermediate_size % tp == 0, f"{section}.parallel.tp",
+                     f"{tp} must divide the tiny model's num_kv_heads ({built.num_kv_heads}) and "
+                     f"intermediate_size ({built.intermediate_size}): tensor parallelism splits whole heads")
+
+
+def _tiny_architecture(cfg: Config, section: str) -> TinyModelConfig | None:
+    """The tiny config ``section``'s model is built from, or None when it is loaded from a path. A critic
+    without its own path starts from the policy's starting weights: policy.model.path, or the SFT model,
+    itself built from policy.model.path or policy.model.tiny."""
+    if section == "value" and cfg.value.model.path is not None or cfg.policy.model.path is not None:
+        return None
+    if section == "value" and not cfg.ppo.init_from_sft:
+        return cfg.value.model.tiny
+    return cfg.policy.model.tiny
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": resolved by transformers, not here
+
+
+def _check_inputs_exist(cfg: Config) -> None:
+    """Input files and directories named by a recipe exist: a typo fails here, before any compute. Only
+    ``load`` checks this: ``from_dict`` rebuilds saved configs wherever they are read (``dtppo export``)."""
+    if cfg.data.task == "gsm8k":
+        for key, path in [("data.train.path", cfg.data.train.path), ("data.validation.path", cfg.data.validation.path)]:
+            _require(Path(path).is_file(), key, f"file not found: {path}")
+    for key, path in [("policy.model.path", cfg.policy.model.path), ("value.model.path", cfg.value.model.path)]:
+        _require(path is None or Path(path).is_dir() or bool(_HUB_ID.fullmatch(path)), key,
+                 f"no such model directory (nor a hub name like org/model): {path}")
+
+
 def _check_optimizer(key: str, opt: OptimizerConfig) -> None:
-    _require(opt.lr > 0.0, f"{key}.lr", f"must be > 0, got {opt.lr}")
+    _require(0.0 < opt.lr < math.inf, f"{key}.lr", f"must be finite and > 0, got {opt.lr}")
     _require(opt.weight_decay >= 0.0, f"{key}.weight_decay", "must be >= 0")
     _require(all(0.0 <= b < 1.0 for b in opt.betas), f"{key}.betas", "each must be in [0, 1)")
     _require(opt.eps > 0.0, f"{key}.eps", "must be > 0")
@@ -444,9 +537,10 @@ def _check_optimizer(key: str, opt: OptimizerConfig) -> None:
 def _check_layout(cfg: Config, section: str, parallel: ParallelConfig) -> None:
     key = f"{section}.parallel.tp"
     _require(parallel.tp >= 1, key, f"must be >= 1, got {parallel.tp}")
-    _require(cfg.cluster.world_size % parallel.tp == 0, key,
-             f"{parallel.tp} must divide the world size cluster.num_nodes * cluster.workers_per_node "
-             f"= {cfg.cluster.world_size}")
+    pool = len(cfg.cluster.pool(section))
+    _require(pool % parallel.tp == 0, key,
+             f"{parallel.tp} must divide the {section} pool's {pool} ranks (cluster.num_nodes * "
+             f"cluster.workers_per_node, split by cluster.policy_ranks)")
     _require(not parallel.sequence_parallel or parallel.tp > 1, f"{section}.parallel.sequence_parallel",
              f"needs {key} > 1")
 
@@ -454,12 +548,13 @@ def _check_layout(cfg: Config, section: str, parallel: ParallelConfig) -> None:
 def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int, dp: int) -> None:
     """A minibatch of ``global_batch`` samples is split evenly over ``dp`` ranks, then into microbatches."""
     gkey, mkey = f"{section}.train_global_batch_size", f"{section}.train_micro_batch_size"
-    _require(global_batch >= 1 and micro_batch >= 1, gkey, "batch sizes must be >= 1")
+    _require(global_batch >= 1, gkey, f"must be >= 1, got {global_batch}")
+    _require(micro_batch >= 1, mkey, f"must be >= 1, got {micro_batch}")
     _require(cfg.samples_per_step % global_batch == 0, gkey,
              f"{global_batch} must divide ppo.num_prompts_per_step * ppo.num_generations_per_prompt "
              f"= {cfg.samples_per_step}")
     _require(global_batch % dp == 0, gkey,
              f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
-             f"(cluster.workers_per_node * cluster.num_nodes / {section}.parallel.tp)")
+             f"(the {section} pool's ranks / {section}.parallel.tp)")
     _require((global_batch // dp) % micro_batch == 0, mkey,
              f"{micro_batch} must divide the per-rank share of {gkey} = {global_batch // dp}")

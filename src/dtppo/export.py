@@ -14,11 +14,11 @@ from dtppo.models.value import ValueModel, build_backbone
 def resolve_step_dir(path: str | Path) -> Path:
     """``path`` itself if it is a ``step_N`` checkpoint, else its latest complete ``step_N``."""
     path = Path(path)
-    if (path / checkpoint.TRAINER_FILE).is_file():
+    if checkpoint.is_step_dir(path):
         return path
     step = checkpoint.latest_step(path)
     if step is None:
-        raise FileNotFoundError(f"no complete checkpoint (step_N/{checkpoint.TRAINER_FILE}) under {path}")
+        raise FileNotFoundError(f"no checkpoint (step_N/) under {path}")
     return path / f"step_{step}"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -45,10 +46,22 @@ class MetricsLogger:
             self.writer = SummaryWriter(log_dir=str(self.dir))
 
     def _truncate_after(self, step: int) -> None:
+        """Keep the records of steps 1..``step`` and the step-0 validation when resuming (step > 0); a
+        fresh start (step 0) re-logs step 0, so it keeps nothing. A line torn by a kill is dropped. The
+        file is replaced atomically: a kill here must not lose the records of earlier steps."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record_step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if step > 0 and record_step <= step:
+                kept.append(line)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:

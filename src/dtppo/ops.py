@@ -47,23 +47,34 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     return torch.where(mask.bool(), whitened, torch.zeros_like(whitened))
 
 
-def shift_right(x: torch.Tensor) -> torch.Tensor:
+def shift_right(x: torch.Tensor, sequence_starts: torch.Tensor | None = None) -> torch.Tensor:
     """``out[:, t] = x[:, t-1]``, ``out[:, 0] = 0``. x: [B, T] or [B, T, ...].
 
     The single shift helper: it turns "output at position t-1" into "quantity about token t", which is how
     both logprobs (logits at t-1 predict token t) and values (V(s_t) is read at t-1) are aligned.
+    sequence_starts: [B, T] bool, True at the first token of each sequence of a packed row (several
+    sequences back to back). Those positions get 0 too, so nothing is shifted across a sequence boundary.
     """
-    return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+    out = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+    if sequence_starts is None:
+        return out
+    starts = sequence_starts.reshape(*sequence_starts.shape, *([1] * (x.dim() - 2)))
+    return torch.where(starts, torch.zeros_like(out), out)
 
 
-def logprobs_from_logits(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+def logprobs_from_logits(
+    logits: torch.Tensor, input_ids: torch.Tensor, sequence_starts: torch.Tensor | None = None
+) -> torch.Tensor:
     """``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])``; index 0 holds 0.
 
     logits: [B, T, V] (position t-1 predicts token t), input_ids: [B, T] -> [B, T] float32.
+    sequence_starts: [B, T] bool for packed rows (see :func:`shift_right`); each sequence's first token
+    holds 0, because the logits before it belong to the previous sequence.
     """
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+    # Position t-1's prediction of token t, moved to t by the shift helper (which also zeroes t = 0).
+    return shift_right(torch.cat([picked, torch.zeros_like(picked[:, :1])], dim=1), sequence_starts)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

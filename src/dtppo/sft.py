@@ -77,7 +77,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
     logger = MetricsLogger(out_dir.parent / f"{out_dir.name}_logs", sft.num_steps + sft.careless_stage.num_steps,
                            cfg.logger.tensorboard, cfg.logger.progress)
     start = time.perf_counter()
-    source, validation = build_sources(cfg)
+    source, validation = build_sources(cfg, tokenizer=tokenizer)
     engine = TrainEngine(model, sft.optimizer, sft.scheduler, sft.max_grad_norm)
     step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(source, cfg.ppo.seed + 1), sft.num_steps,
                         logger, 0)

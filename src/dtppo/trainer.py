@@ -24,6 +24,8 @@ from dtppo.rewards.scoring import RewardScorer
 from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.types import Experience
 from dtppo.workers.policy import PolicyWorker
+from dtppo.workers.placement import Placement
+from dtppo.workers.pool import Pool
 from dtppo.workers.value import ValueWorker
 
 
@@ -46,9 +48,15 @@ class PPOTrainer:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.policy_init_path)
-        self.policy = PolicyWorker(cfg, self.tokenizer)
-        self.value = ValueWorker(cfg, self.tokenizer)
-        train_source, self.validation_problems = build_sources(cfg)
+        cluster = cfg.cluster
+        # Every rank builds both placements (mesh creation is collective), then only the workers it holds.
+        policy_place = Placement(cfg.policy.parallel, cluster.pool("policy"))
+        value_place = Placement(cfg.value.parallel, cluster.pool("value"))
+        self.policy = Pool(PolicyWorker(cfg, self.tokenizer, policy_place) if policy_place.member else None,
+                           policy_place.ranks, cluster.colocated)
+        self.value = Pool(ValueWorker(cfg, self.tokenizer, value_place) if value_place.member else None,
+                          value_place.ranks, cluster.colocated)
+        train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         self.scorer = RewardScorer(cfg.reward, cfg.cluster.backend) if is_main_rank() else None
         self.steps_done = 0
@@ -65,12 +73,9 @@ class PPOTrainer:
             problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
             prompts = encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
 
-        with timer("generation"):
-            self.policy.prepare_for_inference()
-            experience = self.policy.generate(
-                prompts, self._sampling_params(), stream_key(cfg.ppo.seed, self.steps_done),
-                torch.arange(len(prompts)),
-            )
+        with timer("generation"), self.policy.inference():
+            key, sample_ids = stream_key(cfg.ppo.seed, self.steps_done), torch.arange(len(prompts))
+            experience = self.policy.run(lambda p: p.generate(prompts, self._sampling_params(), key, sample_ids))
 
         with timer("reward"):
             rewards = torch.zeros(experience.batch_size)
@@ -79,38 +84,38 @@ class PPOTrainer:
                 rewards = self.scorer.score(responses, [p.answer for p in problems])
             experience = experience.replace(rewards=broadcast(rewards))
 
-        with timer("value_inference"):
-            self.value.prepare_for_inference()
-            experience = experience.replace(old_values=self.value.get_values(experience))
-            self.value.finish_inference()
+        with timer("value_inference"), self.value.inference():
+            experience = experience.replace(old_values=self.value.run(lambda v: v.get_values(experience)))
 
-        with timer("policy_logprobs"):
-            experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
+        with timer("policy_logprobs"), self.policy.inference():
+            experience = experience.replace(old_logprobs=self.policy.run(lambda p: p.get_logprobs(experience)))
             if cfg.loss.kl_coef > 0.0:
-                experience = experience.replace(ref_logprobs=self.policy.get_reference_logprobs(experience))
-            self.policy.finish_inference()
+                experience = experience.replace(
+                    ref_logprobs=self.policy.run(lambda p: p.get_reference_logprobs(experience)))
 
         with timer("advantages"):
             experience = self._with_advantages(experience)
 
         critic_runs, policy_runs = [], []
+        train_policy = self.steps_done >= cfg.ppo.policy_training_start_step
         for _ in range(cfg.ppo.ppo_epochs):
-            with timer("critic_update"):
-                self.value.prepare_for_training()
-                critic_runs.append(self.value.train(experience))
-                self.value.finish_training()
-            if self.steps_done >= cfg.ppo.policy_training_start_step:
-                with timer("policy_update"):
-                    self.policy.prepare_for_training()
-                    policy_runs.append(self.policy.train(experience))
-                    self.policy.finish_training()
+            # In separate pools the two updates overlap: both start locally, then their metrics are shared.
+            with timer("critic_update"), self.value.training():
+                critic_stats = self.value.local(lambda v: v.train(experience))
+            if train_policy:
+                with timer("policy_update"), self.policy.training():
+                    policy_stats = self.policy.local(lambda p: p.train(experience))
+            with timer("share_metrics"):
+                critic_runs.append(self.value.share(critic_stats))
+                if train_policy:
+                    policy_runs.append(self.policy.share(policy_stats))
 
         metrics = self._rollout_metrics(experience)
         metrics |= {f"train/critic/{k}": v for k, v in mean_over(critic_runs).items()}
         if policy_runs:
             metrics |= {f"train/{k}": v for k, v in mean_over(policy_runs).items()}
-        metrics["train/skipped_steps"] = torch.tensor(float(self.policy.engine.skipped_steps))
-        metrics["train/critic/skipped_steps"] = torch.tensor(float(self.value.engine.skipped_steps))
+        metrics["train/skipped_steps"] = torch.tensor(float(self.policy.run(lambda p: p.engine.skipped_steps)))
+        metrics["train/critic/skipped_steps"] = torch.tensor(float(self.value.run(lambda v: v.engine.skipped_steps)))
         step_seconds = time.perf_counter() - step_start
         metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
         metrics |= {f"timing/{phase}": torch.tensor(s) for phase, s in timer.seconds.items()}
@@ -168,7 +173,8 @@ class PPOTrainer:
 
     def validate(self) -> dict[str, float]:
         start = time.perf_counter()
-        result = evaluate(self.policy.rollout_model, self.tokenizer, self.validation_problems, self.cfg, self.steps_done)
+        result = self.policy.run(lambda p: evaluate(p.rollout_model, self.tokenizer, self.validation_problems,
+                                                    self.cfg, self.steps_done))
         return {
             "validation/accuracy": result.accuracy,
             "validation/avg_length": result.avg_length,
@@ -202,30 +208,35 @@ class PPOTrainer:
         return history
 
     def save(self) -> Path:
-        """Collective over all ranks."""
-        policy_sharded, policy_extra = self.policy.save_checkpoint()
-        value_sharded, value_extra = self.value.save_checkpoint()
+        """Collective over all ranks: each pool writes its shards, rank 0 the replicated state."""
+        sharded = self._sharded_state()
         replicated = {
-            "policy": policy_extra,
-            "value": value_extra,
+            "policy": self.policy.run(lambda p: p.engine.extra_state()),
+            "value": self.value.run(lambda v: v.engine.extra_state()),
             "loader": self.loader.state_dict(),
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
         }
         ckpt = self.cfg.checkpointing
-        return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, {"policy": policy_sharded, "value": value_sharded},
-                               replicated, self.cfg.to_dict(), ckpt.keep_last)
+        return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, sharded, replicated, self.cfg.to_dict(),
+                               ckpt.keep_last)
+
+    def _sharded_state(self) -> dict[str, dict]:
+        """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""
+        states = {"policy": self.policy.local(lambda p: p.engine.state_dict()),
+                  "value": self.value.local(lambda v: v.engine.state_dict())}
+        return {role: state for role, state in states.items() if state is not None}
 
     def maybe_resume(self) -> None:
-        """Load the latest complete checkpoint, whatever data-parallel size wrote it."""
+        """Load the latest complete checkpoint, whatever data-parallel size or pool layout wrote it."""
         ckpt = self.cfg.checkpointing
         step = checkpoint.latest_step(ckpt.checkpoint_dir) if ckpt.enabled else None
         if step is None:
             return
-        sharded = {"policy": self.policy.save_checkpoint()[0], "value": self.value.save_checkpoint()[0]}
+        sharded = self._sharded_state()
         replicated, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}", sharded)
-        self.policy.load_checkpoint(sharded["policy"], replicated["policy"])
-        self.value.load_checkpoint(sharded["value"], replicated["value"])
+        self.policy.local(lambda p: p.load_checkpoint(sharded["policy"], replicated["policy"]))
+        self.value.local(lambda v: v.load_checkpoint(sharded["value"], replicated["value"]))
         self.loader.load_state_dict(replicated["loader"])
         checkpoint.set_rng_state(replicated["rng"])
         self.steps_done = int(replicated["steps_done"])

@@ -26,6 +26,26 @@ def block_rows(num_rows: int, index: int, count: int) -> slice:
     return slice(index * size, (index + 1) * size)
 
 
+def balanced_rows(lengths: torch.Tensor, index: int, count: int) -> torch.Tensor:
+    """A data-parallel rank's share of rows with the tokens spread evenly. lengths: [B] tokens per row ->
+    [B / count] int64 row indices, ascending.
+
+    Rows are dealt longest first to the rank with the fewest tokens so far among those with room (LPT with
+    equal shares): every rank gets B / count rows, so all run the same number of microbatches and FSDP's
+    collectives stay in step. Ties go to the lower rank and the lower row, so every rank computes the
+    same partition. With count = 1 this is every row in order.
+    """
+    share = lengths.shape[0] // count
+    order = sorted(range(lengths.shape[0]), key=lambda i: (-int(lengths[i]), i))
+    rows: list[list[int]] = [[] for _ in range(count)]
+    tokens = [0] * count
+    for i in order:
+        rank = min((r for r in range(count) if len(rows[r]) < share), key=lambda r: (tokens[r], r))
+        rows[rank].append(i)
+        tokens[rank] += int(lengths[i])
+    return torch.tensor(sorted(rows[index]), dtype=torch.long)
+
+
 @dataclass(frozen=True)
 class Experience:
     """Everything one PPO step knows about its samples; later fields are filled phase by phase.
@@ -68,6 +88,12 @@ class Experience:
         width = int(rows["attention_mask"].sum(-1).max().item()) if stop > start else 0
         return Experience(**{k: _trim(v, width) for k, v in rows.items()})
 
+    def take(self, rows: torch.Tensor) -> Experience:
+        """Rows ``rows`` ([n] int64 indices) of every tensor field, trimmed to the longest row."""
+        picked = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[rows]
+                  for f in dataclasses.fields(self)}
+        width = int(picked["attention_mask"].sum(-1).max().item()) if len(rows) else 0
+        return Experience(**{k: _trim(v, width) for k, v in picked.items()})
 
     def shard(self, index: int, count: int) -> Experience:
         """Rows ``block_rows(batch_size, index, count)``: a data-parallel rank's share."""

@@ -42,6 +42,13 @@ def test_fsdp_dp2_matches_single_process(reference):
     _assert_same(reference, run(worker_round, 2, MICRO))
 
 
+def test_fsdp_dp2_per_microbatch_resharding_and_padded_rows_match_single_process(reference):
+    # The non-default paths: FSDP's own per-microbatch all-gather / reduce-scatter, and no sequence packing.
+    legacy = [f"{w}.{k}=false" for w in ("policy", "value")
+              for k in ("parallel.unsharded_grad_accumulation", "sequence_packing")]
+    _assert_same(reference, run(worker_round, 2, MICRO + legacy))
+
+
 def test_critic_tp2_matches_single_process(reference):
     _assert_same(reference, run(worker_round, 2, MICRO + ["value.parallel.tp=2"]), check_policy=False)
 

@@ -16,10 +16,11 @@ from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 
 
-def _args(sft_dir, name, steps, workers):
+def _args(sft_dir, name, steps, workers, *extra):
     return ["ppo", TINY, *FAST, *RANK_MICRO, f"sft.output_dir={sft_dir}", f"ppo.max_num_steps={steps}",
             "ppo.val_period=2", f"cluster.workers_per_node={workers}", f"logger.log_dir={name}/log",
-            f"checkpointing.checkpoint_dir={name}/ckpt", "checkpointing.save_period=2", "checkpointing.keep_last=5"]
+            f"checkpointing.checkpoint_dir={name}/ckpt", "checkpointing.save_period=2", "checkpointing.keep_last=5",
+            *extra]
 
 
 def _metrics(cwd, name, step):
@@ -31,6 +32,7 @@ def runs(sft_dir, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("multirank")
     run_cli(_args(sft_dir, "dp1", 2, 1), cwd)
     run_cli(_args(sft_dir, "dp2", 2, 2), cwd)
+    run_cli(_args(sft_dir, "pools", 2, 2, "cluster.policy_ranks=1"), cwd)
     return cwd
 
 
@@ -51,6 +53,25 @@ def test_first_step_metrics_match_single_process(runs):
     assert len(compared) > 20 and set(compared) <= set(two)
     for key in compared:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+
+
+def test_separate_pools_train_exactly_like_one_process(runs, tmp_path):
+    """Policy on rank 0, critic on rank 1: the same algorithm, so every step's metrics and the final
+    weights equal the single-process run's; only where the work runs differs."""
+    for step in (1, 2):
+        one, pools = _metrics(runs, "dp1", step), _metrics(runs, "pools", step)
+        for key in one:
+            if not key.startswith(("timing/", "perf/")):
+                assert pools[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (step, key)
+    (tmp_path / "one").mkdir(), (tmp_path / "pools").mkdir()
+    single = checkpoint_tensors(runs / "dp1" / "ckpt" / "step_2", tmp_path / "one")
+    pooled = checkpoint_tensors(runs / "pools" / "ckpt" / "step_2", tmp_path / "pools")
+    weights = [k for k in single if k.startswith(("policy.model.", "value.model."))]
+    assert any(k.startswith("value.") for k in weights) and any(k.startswith("policy.") for k in weights)
+    for key in weights:
+        torch.testing.assert_close(pooled[key], single[key], rtol=1e-5, atol=1e-6, msg=key)
+    shard_files = sorted(p.name for p in (runs / "pools" / "ckpt" / "step_2" / "weights").glob("*.distcp"))
+    assert shard_files == ["__0_0.distcp", "__1_0.distcp"]  # each pool wrote its own model
 
 
 def test_dp2_checkpoint_resumes_at_dp1_and_dp2_alike(runs, sft_dir):

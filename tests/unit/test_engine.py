@@ -63,3 +63,23 @@ def test_cosine_schedule_with_warmup():
     f = lr_lambda(SchedulerConfig(kind="cosine", warmup_steps=10, total_steps=110, min_lr_ratio=0.1))
     assert abs(f(0) - 0.1) < 1e-9 and f(9) == 1.0 and f(10) == 1.0
     assert abs(f(60) - 0.55) < 1e-9 and abs(f(110) - 0.1) < 1e-9 and abs(f(500) - 0.1) < 1e-9
+
+
+def test_balanced_rows_gives_equal_shares_with_even_tokens():
+    from dtppo.types import balanced_rows
+
+    lengths = torch.tensor([200, 10, 180, 30, 150, 40, 120, 60])
+    shares = [balanced_rows(lengths, r, 2) for r in range(2)]
+    assert [len(s) for s in shares] == [4, 4]
+    assert sorted(torch.cat(shares).tolist()) == list(range(8))
+    tokens = [int(lengths[s].sum()) for s in shares]
+    assert tokens == [390, 400]  # contiguous blocks would give 420 vs 370
+    assert torch.equal(balanced_rows(lengths, 0, 1), torch.arange(8))
+
+
+def test_experience_take_picks_rows_and_trims():
+    exp = _experience()
+    exp = exp.replace(attention_mask=(torch.arange(6)[None] < torch.tensor([[2], [5], [3], [6], [1], [4], [2], [3]])).long())
+    part = exp.take(torch.tensor([0, 2, 4]))
+    assert part.batch_size == 3 and part.input_ids.shape[1] == 3
+    assert torch.equal(part.returns, exp.returns[[0, 2, 4], :3])

@@ -69,3 +69,24 @@ def test_top_p_and_greedy():
     assert set(tokens.tolist()) == {0, 1}
     greedy, glp = choose_tokens(logits[:2], SamplingParams(1, greedy=True), 0, torch.arange(2), 0)
     assert greedy.tolist() == [0, 0] and torch.allclose(glp, torch.log(torch.tensor([0.6, 0.6])))
+
+
+def test_static_decoder_matches_the_hf_forward_path(monkeypatch):
+    """Same key, same tokens whether the Qwen2 fast path or the model's own forward + cache decodes."""
+    from dtppo.rollout import sampler
+
+    model = _model()
+    prompts = _prompts(6)
+    fast = generate(model, prompts, SamplingParams(20), TOK.eos_token_id, TOK.pad_token_id, 5, torch.arange(6))
+    monkeypatch.setattr(sampler, "static_decoder_supported", lambda m: False)
+    slow = generate(model, prompts, SamplingParams(20), TOK.eos_token_id, TOK.pad_token_id, 5, torch.arange(6))
+    assert torch.equal(fast.input_ids, slow.input_ids) and torch.equal(fast.response_mask, slow.response_mask)
+    assert (fast.gen_logprobs - slow.gen_logprobs).abs().max() < 1e-5
+
+
+def test_noise_drawn_in_chunks_equals_noise_drawn_per_step():
+    from dtppo.rollout.sampler import counter_uniform_steps
+
+    ids = torch.tensor([3, 17, 4])
+    chunk = counter_uniform_steps(9, ids, 5, 4, 30)
+    assert torch.equal(chunk, torch.stack([counter_uniform(9, ids, 5 + s, 30) for s in range(4)]))

@@ -1,3 +1,5 @@
+import os
+import signal
 import time
 
 import torch
@@ -20,11 +22,28 @@ def test_process_pool_scores_like_the_trainer_process():
 
 
 def test_late_chunks_score_zero_within_the_time_bound():
-    scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=0.05), backend="local")
+    scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=0.25), backend="local")
     try:
+        scorer.wait_ready()  # the bound is for scoring; process start-up is waited for, untimed
+        many, truths = RESPONSES * 300, TRUTHS * 300  # ~10k pairs: over a second of work
         start = time.monotonic()
-        scores = scorer.score(RESPONSES, TRUTHS)  # the fresh pool is still importing math-verify
-        assert time.monotonic() - start < 1.0
-        assert scores.shape == (len(RESPONSES),) and scores.sum() <= 20
+        scores = scorer.score(many, truths)
+        assert time.monotonic() - start < 2.0  # 0.25 s, then terminating and respawning the pool
+        assert scorer.late_chunks > 0 and scores.shape == (len(many),) and scores.sum() < 20 * 300
+        scorer.wait_ready()  # the replacement pool scores normally
+        assert torch.equal(scorer.score(RESPONSES[:7], TRUTHS[:7]), score_responses(RESPONSES[:7], TRUTHS[:7]))
+    finally:
+        scorer.close()
+
+
+def test_pool_survives_its_workers_being_killed():
+    """A killed scoring process (OOM killer, crash) is replaced; the next batch still scores right."""
+    scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=60), backend="local")
+    try:
+        scorer.wait_ready()
+        for pid in scorer.pool.worker_pids:
+            os.kill(pid, signal.SIGKILL)
+        assert torch.equal(scorer.score(RESPONSES, TRUTHS), score_responses(RESPONSES, TRUTHS))
+        assert scorer.late_chunks == 0
     finally:
         scorer.close()

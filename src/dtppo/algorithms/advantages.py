@@ -11,13 +11,15 @@ import torch
 from dtppo.ops import masked_whiten, shift_right
 
 
-def right_shift_values(values: torch.Tensor) -> torch.Tensor:
+def right_shift_values(values: torch.Tensor, sequence_starts: torch.Tensor | None = None) -> torch.Tensor:
     """Align value-head outputs to states: ``out[:, t] = values[:, t-1]``, ``out[:, 0] = 0``.
 
     values: [B, T] or [B, T, 1] head outputs (position t has seen tokens 0..t) -> same shape, V(s_t).
     Without this shift the "value" of token t would already have seen token t, the action it judges.
+    sequence_starts: [B, T] bool for packed rows: the shift restarts at each sequence's first token, so
+    V(s_t) of one sequence is never read from the previous sequence's last position.
     """
-    return shift_right(values)
+    return shift_right(values, sequence_starts)
 
 
 def token_level_rewards(

@@ -1,61 +1,104 @@
-"""GSM8K jsonl loader: ``{"question", "answer"}`` rows, final answer after ``####``."""
+"""GSM8K jsonl loader: ``{"question", "answer"}`` rows, final answer after ``####``.
+
+A bad row can never reach a training step: it is counted by reason and skipped (``on_bad_row="skip"``, the
+default), or refused with a ``DataError`` naming the file and line (``"error"``). Bad rows are: not JSON, not
+an object, a missing/empty/non-string question or answer, no ``####`` line, an empty or non-numeric final
+answer (a reference the reward could never match), and a prompt longer than ``max_prompt_tokens``.
+"""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from dtppo.data.problem import Problem
 from dtppo.rewards.math import extract_gsm8k_answer
 
 log = logging.getLogger(__name__)
 
+# The reference answers the reward compares exactly (after "1,000" -> "1000"): GSM8K's are integers.
+_NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
 
-def load_gsm8k(path: str | Path, limit: int | None = None) -> list[Problem]:
-    """Read a GSM8K jsonl file. Rows without a question or a numeric ``####`` answer are skipped and counted."""
+
+class DataError(ValueError):
+    """A data file is unusable; the message names the file (and the line, for a bad row)."""
+
+
+@dataclass(frozen=True)
+class RowRules:
+    """What makes a row bad beyond its format, and what to do with one.
+
+    prompt_length: tokens of a question's formatted prompt (as the trainer encodes it); None = unchecked."""
+
+    on_bad_row: Literal["skip", "error"] = "skip"
+    max_prompt_tokens: int | None = None
+    prompt_length: Callable[[str], int] | None = None
+
+
+def load_gsm8k(path: str | Path, limit: int | None = None, rules: RowRules = RowRules()) -> list[Problem]:
+    """The usable problems of a GSM8K jsonl file (the first ``limit`` of them); see ``read_gsm8k``."""
+    return read_gsm8k(path, limit, rules)[0]
+
+
+def read_gsm8k(path: str | Path, limit: int | None = None,
+               rules: RowRules = RowRules()) -> tuple[list[Problem], collections.Counter]:
+    """(usable problems, bad-row count per reason). Blank lines are not rows. Raises FileNotFoundError for a
+    missing file, DataError for a bad row under ``on_bad_row="error"`` or a file without one usable row."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GSM8K file not found: {path}")
     problems: list[Problem] = []
-    skipped = 0
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
+    bad: collections.Counter = collections.Counter()
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            problem = _parse_row(line)
-            if problem is None:
-                skipped += 1
+            problem, reason = _parse_row(line, rules)
+            if reason is not None:
+                if rules.on_bad_row == "error":
+                    raise DataError(f"{path}:{lineno}: bad GSM8K row ({reason}); fix it, or set "
+                                    f"data.on_bad_row=skip to skip such rows")
+                bad[reason] += 1
                 continue
             problems.append(problem)
             if limit is not None and len(problems) == limit:
                 break
-    if skipped:
-        log.warning("%s: skipped %d malformed rows", path, skipped)
+    if bad:
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(bad.items()))
+        log.warning("%s: skipped %d bad rows (%s)", path, sum(bad.values()), reasons)
     if not problems:
-        raise ValueError(f"{path}: no usable rows")
-    return problems
+        raise DataError(f"{path}: no usable rows ({sum(bad.values())} bad)")
+    return problems, bad
 
 
-def _parse_row(line: str) -> Problem | None:
+def _parse_row(line: str, rules: RowRules) -> tuple[Problem | None, str | None]:
+    """(problem, None) for a good row, (None, reason) for a bad one."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
-        return None
+        return None, "invalid_json"
     if not isinstance(row, dict):
-        return None
+        return None, "not_an_object"
     question, solution = row.get("question"), row.get("answer")
-    if not isinstance(question, str) or not isinstance(solution, str) or "####" not in solution:
-        return None
+    if not isinstance(question, str) or not question.strip():
+        return None, "missing_question"
+    if not isinstance(solution, str) or not solution.strip():
+        return None, "missing_answer"
+    if "####" not in solution:
+        return None, "no_answer_line"
     answer = extract_gsm8k_answer(solution)
-    if not answer or not _is_number(answer):
-        return None
-    return Problem(question=question.strip(), solution=solution.strip(), answer=answer)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    if not answer:
+        return None, "empty_answer"
+    if not _NUMBER.fullmatch(answer):
+        return None, "non_numeric_answer"
+    question = question.strip()
+    if rules.prompt_length is not None and rules.max_prompt_tokens is not None:
+        if rules.prompt_length(question) > rules.max_prompt_tokens:
+            return None, "prompt_too_long"
+    return Problem(question=question, solution=solution.strip(), answer=answer), None

@@ -8,7 +8,7 @@ from typing import Protocol
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.config import Config
-from dtppo.data.gsm8k import load_gsm8k
+from dtppo.data.gsm8k import RowRules, load_gsm8k
 from dtppo.data.problem import Problem
 from dtppo.data.tiny_math import TinyMathStream, validation_set
 
@@ -56,14 +56,28 @@ class PromptLoader:
         self._order = self._permutation()
 
 
-def build_sources(cfg: Config, careless_fraction: float = 0.0) -> tuple[ProblemSource | list[Problem], list[Problem]]:
-    """(training source, validation problems) for ``cfg.data``."""
+def build_sources(cfg: Config, careless_fraction: float = 0.0, tokenizer: PreTrainedTokenizerBase | None = None,
+                  ) -> tuple[ProblemSource | list[Problem], list[Problem]]:
+    """(training source, validation problems) for ``cfg.data``. With ``tokenizer``, GSM8K rows whose prompt
+    exceeds ``data.max_prompt_tokens`` are bad rows (skipped or refused per ``data.on_bad_row``)."""
     data = cfg.data
     if data.task == "gsm8k":
-        return load_gsm8k(data.train.path), load_gsm8k(data.validation.path, limit=cfg.ppo.max_val_samples)
+        rules = RowRules(data.on_bad_row, data.max_prompt_tokens,
+                         None if tokenizer is None else _prompt_length(tokenizer, data.system_prompt))
+        return (load_gsm8k(data.train.path, rules=rules),
+                load_gsm8k(data.validation.path, limit=cfg.ppo.max_val_samples, rules=rules))
     validation = validation_set(data.tiny_math, cfg.ppo.max_val_samples)
     exclude = {p.question for p in validation}
     return TinyMathStream(data.tiny_math, cfg.ppo.seed, careless_fraction, exclude), validation
+
+
+def _prompt_length(tokenizer: PreTrainedTokenizerBase, system_prompt: str | None):
+    """Tokens of a question's prompt, counted exactly as ``encode_prompts`` encodes it."""
+    def length(question: str) -> int:
+        text = format_prompt(tokenizer, question, system_prompt)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return length
 
 
 def format_prompt(tokenizer: PreTrainedTokenizerBase, question: str, system_prompt: str | None) -> str:

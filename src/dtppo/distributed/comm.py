@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -53,6 +55,16 @@ def broadcast(x: torch.Tensor, src: int = 0) -> torch.Tensor:
     out = x.detach().clone()
     dist.broadcast(out, src=src)
     return out
+
+
+def broadcast_object(obj: Any, src: int) -> Any:
+    """Rank ``src``'s picklable ``obj`` (tensors included, any shapes) on every rank."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    dist.broadcast_object_list(box, src=src, device=device)
+    return box[0]
 
 
 def barrier() -> None:

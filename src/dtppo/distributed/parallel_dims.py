@@ -7,7 +7,7 @@ from enum import StrEnum
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 
 
 class MeshAxis(StrEnum):
@@ -30,16 +30,16 @@ class ParallelDims:
     def dp(self) -> int:
         return self.world_size // self.tp
 
-    @property
-    def sharded(self) -> bool:
-        return self.world_size > 1
+    def build_mesh(self, ranks: range) -> DeviceMesh:
+        """The 2-D (dp_shard, tp) mesh over ``ranks`` (of size ``world_size``).
 
-    def build_mesh(self) -> DeviceMesh | None:
-        """The 2-D (dp_shard, tp) mesh over all ranks; None in a single process."""
-        if not self.sharded:
-            return None
+        Collective over *all* launched ranks, members or not: every rank must build every pool's mesh, in
+        the same order, because creating a process group is itself a world-wide collective.
+        """
+        assert len(ranks) == self.world_size
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        return init_device_mesh(device, (self.dp, self.tp), mesh_dim_names=(MeshAxis.DP_SHARD, MeshAxis.TP))
+        layout = torch.tensor(list(ranks)).view(self.dp, self.tp)
+        return DeviceMesh(device, layout, mesh_dim_names=(MeshAxis.DP_SHARD, MeshAxis.TP))
 
 
 def dp_coordinate(mesh: DeviceMesh | None) -> tuple[int, int]:

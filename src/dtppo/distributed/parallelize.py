@@ -7,6 +7,9 @@ reshapes with ``view(..., -1, head_dim)``, so column-sharded projections simply 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -98,3 +101,34 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims) -> nn.Mo
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
     return model
+
+
+@contextmanager
+def microbatch_accumulation(model: nn.Module, unsharded: bool) -> Iterator[Callable[[bool], None]]:
+    """FSDP2 communication over the microbatches of one optimizer step; yields ``before(last: bool)`` to call
+    before each microbatch's forward.
+
+    unsharded=True: parameters are gathered once and stay gathered (no reshard after forward or between
+    microbatches); gradients accumulate unsharded on this rank and the last microbatch's backward
+    reduce-scatters their sum, then reshards. One all-gather + one reduce-scatter per optimizer step instead
+    of two all-gathers + one reduce-scatter per microbatch; the price is the whole model's parameters and
+    gradients resident during the step (optimizer state stays sharded). The gradient is the same sum.
+    unsharded=False, or a model that is not FSDP-wrapped: FSDP's defaults, nothing changes.
+    """
+    if not (unsharded and isinstance(model, FSDPModule)):
+        yield lambda last: None
+        return
+
+    def before(last: bool) -> None:
+        model.set_requires_gradient_sync(last)
+        model.set_reshard_after_backward(last)
+
+    model.set_reshard_after_forward(False)
+    try:
+        yield before
+    finally:
+        # FSDP's defaults again (inference forwards reshard): every block after forward, the root not.
+        model.set_requires_gradient_sync(True)
+        model.set_reshard_after_backward(True)
+        model.set_reshard_after_forward(True)
+        model.set_reshard_after_forward(False, recurse=False)

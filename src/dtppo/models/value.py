@@ -9,6 +9,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, PreTrainedModel
 
 from dtppo.algorithms.advantages import right_shift_values
+from dtppo.packing import pack_rows
 
 
 class ValueModel(nn.Module):
@@ -18,28 +19,43 @@ class ValueModel(nn.Module):
     seed: the head is drawn from its own generator seeded with ``seed``, so every launch, layout and
     process gets the same fresh head regardless of what consumed the global RNG before.
     shift: True gives V(s_t) (SPEC §2); False exists only for the value-alignment experiment.
+    sequence_packing: :meth:`values` packs the batch's sequences into fewer rows (no pad tokens computed)
+    and shifts within each sequence; the results equal the padded path's (dtppo.packing).
     """
 
-    def __init__(self, backbone: PreTrainedModel, seed: int = 0, init_std: float = 0.02, shift: bool = True):
+    def __init__(self, backbone: PreTrainedModel, seed: int = 0, init_std: float = 0.02, shift: bool = True,
+                 sequence_packing: bool = False):
         super().__init__()
         self.backbone = backbone
         self.score = nn.Linear(backbone.config.hidden_size, 1)
         self.shift = shift
+        self.sequence_packing = sequence_packing
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             self.score.weight.copy_(torch.randn(self.score.weight.shape, generator=generator) * init_std)
             self.score.bias.zero_()
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Head output at every position (unshifted). input_ids, attention_mask: [B, T] -> [B, T] float32."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Head output at every position (unshifted). input_ids: [B, T]; attention_mask: [B, T] padding mask,
+        or [B, 1, T, T] bool for packed rows with their position_ids [B, T] -> [B, T] float32."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=position_ids).last_hidden_state
         # A copy, not a view: FSDP2 cannot hook backward into a view of the root output.
         return self.score(hidden).squeeze(-1).to(torch.float32, copy=True)
 
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """V(s_t) for every position: the head's output at t-1, 0 at t=0. [B, T] -> [B, T] float32."""
-        head = self(input_ids, attention_mask)
-        return right_shift_values(head) if self.shift else head
+        """V(s_t) for every position: the head's output at t-1, 0 at t=0. [B, T] -> [B, T] float32.
+
+        Padding positions carry no meaning (0 when packed); callers mask them.
+        """
+        if not self.sequence_packing:
+            head = self(input_ids, attention_mask)
+            return right_shift_values(head) if self.shift else head
+        packed = pack_rows(input_ids, attention_mask)
+        head = self(packed.input_ids, packed.attention_mask, packed.position_ids)
+        # The shift restarts at each sequence's first token: V(s_t) never comes from a neighbour sequence.
+        return packed.unpack(right_shift_values(head, packed.sequence_starts) if self.shift else head)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write an HF token-classification checkpoint (num_labels=1) that ``transformers`` loads directly."""
@@ -52,10 +68,10 @@ class ValueModel(nn.Module):
         export.save_pretrained(str(path))
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, shift: bool = True) -> ValueModel:
+    def from_pretrained(cls, path: str | Path, shift: bool = True, sequence_packing: bool = False) -> ValueModel:
         """Load a checkpoint written by :meth:`save_pretrained` (or any HF token-classification critic)."""
         loaded = AutoModelForTokenClassification.from_pretrained(str(path), dtype=torch.float32)
-        model = cls(getattr(loaded, loaded.base_model_prefix), shift=shift)
+        model = cls(getattr(loaded, loaded.base_model_prefix), shift=shift, sequence_packing=sequence_packing)
         model.score.load_state_dict(loaded.score.state_dict())
         return model
 

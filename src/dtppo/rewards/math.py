@@ -1,16 +1,20 @@
 """GSM8K correctness reward: 1.0 when a response's final answer equals the reference, else 0.0.
 
 The reward runs inside rollout workers (main thread, worker threads, Ray tasks, subprocesses), so it
-is bounded by construction rather than by timeouts: only the last ``_TAIL`` characters are read,
+is bounded by construction rather than by timeouts: only the last ``TAIL_CHARS`` characters are read,
 every regex is linear on that tail, plain numbers are compared exactly with ``Fraction`` (no sympy),
 and math-verify only ever sees a short whitelisted LaTeX string (no ``^``, shallow braces).
 
-Unicode: text is NFKC-normalised, so full-width digits (``７２``) count as ``72``; digits of other
-scripts (Arabic-Indic ``٧٢``, Devanagari, ...) are not ASCII after NFKC and never match.
+Unicode: only look-alikes that *are* the ASCII character in another width or font fold to it (full-width
+``７２`` and mathematical bold ``𝟕𝟐`` read as ``72``). Other compatibility forms keep their meaning by
+staying non-ASCII, so they never read as digits: superscripts (``4²`` is 16, not 42), subscripts, circled
+numbers; digits of other scripts (Arabic-Indic ``٧٢``, Devanagari, ...) never match either. Invisible
+format characters (zero-width space, bidi marks) are dropped, so they cannot split ``42`` into 4 and 2.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 import threading
@@ -19,22 +23,31 @@ from fractions import Fraction
 
 from math_verify import parse, verify
 
-_TAIL = 4096  # responses are judged on their end, where the final answer lives
+TAIL_CHARS = 4096  # responses are judged on their end, where the final answer lives
 _MAX_DIGITS = 40  # no GSM8K answer is longer; the cap keeps Fraction trivial
 _MAX_BOXED = 256  # longest \boxed{...} body scanned for its closing brace
 _MAX_LATEX = 64  # longest candidate ever handed to math-verify
 _MAX_BRACE_DEPTH = 3  # \frac{\frac{1}{2}}{3} is depth 2; deeper is never a GSM8K answer
 _MV_TIMEOUT_S = 1  # math-verify's SIGALRM timeout (integer seconds), where it can be used
 
-_NUM = r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+# A decimal exponent of at most 2 digits keeps Fraction cheap; "1e999999999" is never read as "1".
+_NUM = r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]{1,2}(?![0-9]))?"
 _PLAIN = re.compile(_NUM)  # used with fullmatch only
-# A number standing alone in prose: not glued to other digits, not inside braces, not an operand
-# of ^ * / (so "9^{9^9}" or "2**2**2" never reduce to a harmless-looking "9" or "2").
-_LOOSE = re.compile(rf"(?<![0-9.,{{^*/]){_NUM}(?![0-9}}]|[.,][0-9]|\s*[\^*/])")
-# Prose fallback: the last stand-alone number or simple integer fraction ("$\\frac{36}{2}$").
-_LAST_VALUE = re.compile(r"-?\\[dt]?frac\{[0-9]{1,20}\}\{[0-9]{1,20}\}|" + _LOOSE.pattern)
+# A number standing alone in prose: not glued to other digits, not inside braces or brackets (an
+# argument: "\\sqrt[2]{16}" is not 2), not an operand of ^ * / (so "9^{9^9}" or "2**2**2" never reduce
+# to a harmless-looking "9" or "2"), not either half of an exponent too long to read ("1e999999999").
+_LOOSE = re.compile(rf"(?<![0-9.,{{\[^*/])(?<![0-9][eE])(?<![0-9][eE][-+]){_NUM}"
+                    rf"(?![0-9}}\]]|[.,][0-9]|[eE][-+]?[0-9]|\s*[\^*/])")
+# Prose fallback: the last stand-alone number or simple integer fraction ("$\\frac{36}{2}$"), the fraction
+# under the same rule (the innermost "\\frac{1}{2}" of a nested \\frac is an argument, not the answer).
+_FRAC = r"-?\\[dt]?frac\{[0-9]{1,20}\}\{[0-9]{1,20}\}"
+_LAST_VALUE = re.compile(rf"(?<![{{\[^*/]){_FRAC}(?![}}\]]|\s*[\^*/])|" + _LOOSE.pattern)
 _ANSWER_IS = re.compile(r"answer is[ \t:]*([^\n]{1,80})", re.IGNORECASE)
 _SAFE_LATEX = re.compile(r"(?:[0-9{}.,+\-/ ]|\\[dt]?frac|\\cdot)+")
+# Markdown bold around an answer ("The answer is **42**."); never "2**2**2", whose stars touch operands.
+_BOLD = re.compile(r"(?<![0-9A-Za-z)}\]])\*\*([^*\n]{1,200}?)\*\*(?![0-9A-Za-z({\[])")
+# Compatibility forms that are the same character in another width or font; see the module docstring.
+_FOLDED_FORMS = ("<wide>", "<font>", "<noBreak>")
 # Delimiters and spacing that never change a value; "\$" must go before "$".
 _DROP = ("\\$", "$", "\\%", "%", "\\!", "\\,")
 
@@ -60,17 +73,43 @@ def gsm8k_reward(response: str, ground_truth: str) -> float:
     try:
         if not isinstance(response, str) or not isinstance(ground_truth, str):
             return 0.0
-        candidate = _candidate(_normalise(response[-_TAIL:]))
-        return 1.0 if _matches(candidate, _normalise(ground_truth[-_TAIL:])) else 0.0
+        candidate = _candidate(_normalise(response[-TAIL_CHARS:]))
+        return 1.0 if _matches(candidate, _normalise(ground_truth[-TAIL_CHARS:])) else 0.0
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:
         return 0.0
 
 
+def gsm8k_rewards(responses: list[str], ground_truths: list[str]) -> list[float]:
+    """``gsm8k_reward`` over pairs: the unit of work a scoring process or actor runs."""
+    return [gsm8k_reward(r, g) for r, g in zip(responses, ground_truths)]
+
+
+def reward_input(text: object) -> str:
+    """All of ``text`` that ``gsm8k_reward`` reads (its last ``TAIL_CHARS`` characters; "" for a
+    non-string, which scores 0.0 like the original). Scoring processes are sent only this, so what
+    they hold is bounded however long a response is."""
+    return text[-TAIL_CHARS:] if isinstance(text, str) else ""
+
+
 def _normalise(text: str) -> str:
-    """NFKC folds full-width digits and signs to ASCII; U+2212 (minus) is not, so map it too."""
-    return unicodedata.normalize("NFKC", text).replace("\u2212", "-")
+    """Fold look-alike characters (see the module docstring), then unwrap markdown bold."""
+    if not text.isascii():
+        text = "".join(map(_fold, text))
+    return _BOLD.sub(r"\1", text) if "**" in text else text
+
+
+@functools.lru_cache(maxsize=8192)
+def _fold(char: str) -> str:
+    """One character's reading: its ASCII twin for width/font variants, nothing for invisible format
+    characters, itself otherwise. U+2212 (minus) has no compatibility form, so it is mapped by hand."""
+    if char == "\u2212":
+        return "-"
+    if unicodedata.category(char) == "Cf":
+        return ""
+    form = unicodedata.decomposition(char).partition(" ")[0]
+    return unicodedata.normalize("NFKC", char) if form in _FOLDED_FORMS else char
 
 
 def _candidate(text: str) -> str:
@@ -131,7 +170,7 @@ def _clean(text: str) -> str:
 
 
 def _plain_value(text: str) -> Fraction | None:
-    """Exact value of a plain number ("-1,000", "18.50"); None otherwise or if > _MAX_DIGITS."""
+    """Exact value of a plain number ("-1,000", "18.50", "4.2e1"); None otherwise or if > _MAX_DIGITS."""
     if not _PLAIN.fullmatch(text) or sum(c.isdigit() for c in text) > _MAX_DIGITS:
         return None
     return Fraction(text.replace(",", ""))

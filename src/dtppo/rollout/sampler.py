@@ -1,24 +1,35 @@
-"""Batched sampling with a KV cache: prefill once, then one forward per new token.
+"""Batched sampling: one prefill, then one decode step per new token over a KV cache.
 
 Randomness is counter-based: the Gumbel noise for sample i, token t, vocab entry v is a hash of
 (key, i, t, v), with ``key`` derived from (seed, step). A sample's tokens therefore depend only on its global
 index, not on batch composition or on which rank generates it, and need no RNG state to resume.
+
+Speed (bench/rollout.py): Qwen2/Llama-shaped policies decode through ``StaticKVDecoder`` (preallocated
+cache, a dozen kernels per layer per token, optionally torch.compile'd); the noise for many steps is drawn
+in one batch; EOS is checked on the host only every few steps, and tokens sampled after a row's EOS are
+blanked once at the end. Other architectures use the HF forward with its own cache.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
+from dtppo.rollout.decoder import HFCacheDecoder, StaticKVDecoder, static_decoder_supported
 from dtppo.types import Experience, build_response_mask
 
 # splitmix64 constants as signed int64 (torch has no uint64 arithmetic); products wrap modulo 2**64.
 _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
+
+# Noise is drawn for several steps at once while [B, steps, V] stays under this many cells (int64 temporaries
+# of 32 MiB each); a large vocabulary falls back to one step at a time.
+_NOISE_CELLS = 1 << 22
+# Rows finish at EOS; whether all have is read on the host only every this many steps (a host sync on GPU).
+_EOS_CHECK_PERIOD = 8
 
 
 @dataclass(frozen=True)
@@ -41,11 +52,27 @@ def _splitmix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
+def counter_uniform_steps(key: int, sample_ids: torch.Tensor, t0: int, steps: int, vocab_size: int) -> torch.Tensor:
+    """Uniform (0, 1) noise for tokens t0 .. t0+steps-1: [B] -> [steps, B, V] float64.
+
+    Cell (s, i, v) depends only on (key, sample_ids[i], t0 + s, v), so any chunking of t gives the same bits.
+    """
+    device = sample_ids.device
+    t = torch.arange(t0, t0 + steps, device=device)
+    base = _splitmix(sample_ids.long() + _splitmix(torch.tensor(key, dtype=torch.long, device=device)))
+    row = _splitmix(base[None, :] + t[:, None])
+    cells = _splitmix(row[:, :, None] + torch.arange(vocab_size, device=device))
+    return (_shr(cells, 40).double() + 0.5) / float(1 << 24)
+
+
 def counter_uniform(key: int, sample_ids: torch.Tensor, t: int, vocab_size: int) -> torch.Tensor:
     """Uniform (0, 1) noise that depends only on (key, sample id, t, vocab index). sample_ids: [B] -> [B, V]."""
-    row = _splitmix(_splitmix(sample_ids.long() + _splitmix(torch.tensor(key, dtype=torch.long))) + t)
-    cells = _splitmix(row[:, None] + torch.arange(vocab_size, device=sample_ids.device)[None, :])
-    return (_shr(cells, 40).double() + 0.5) / float(1 << 24)
+    return counter_uniform_steps(key, sample_ids, t, 1, vocab_size)[0]
+
+
+def gumbel_noise(key: int, sample_ids: torch.Tensor, t0: int, steps: int, vocab_size: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise for tokens t0 .. t0+steps-1: [steps, B, V] float32."""
+    return (-torch.log(-torch.log(counter_uniform_steps(key, sample_ids, t0, steps, vocab_size)))).float()
 
 
 def stream_key(seed: int, step: int, stream: int = 0) -> int:
@@ -62,6 +89,18 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def pick_tokens(logits: torch.Tensor, params: SamplingParams, gumbel: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``choose_tokens`` with the noise given: gumbel [B, V] float32 (unused when greedy)."""
+    scaled = logits.float() if params.temperature == 1.0 else logits.float() / params.temperature
+    if params.greedy:
+        tokens = scaled.argmax(-1)
+    else:
+        filtered = _top_p_filter(scaled, params.top_p) if params.top_p < 1.0 else scaled
+        tokens = (filtered + gumbel).argmax(-1)
+    return tokens, torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+
+
 def choose_tokens(
     logits: torch.Tensor, params: SamplingParams, key: int, sample_ids: torch.Tensor, t: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,20 +109,35 @@ def choose_tokens(
     logits: [B, V] float32; sample_ids: [B]. Returns (tokens [B] int64, logprobs [B] float32). Sampling is
     Gumbel-max on the (top-p filtered) tempered logits, which draws exactly from that distribution.
     """
-    scaled = logits.float() / params.temperature
-    logp = torch.log_softmax(scaled, dim=-1)
-    if params.greedy:
-        tokens = scaled.argmax(-1)
-    else:
-        filtered = _top_p_filter(scaled, params.top_p) if params.top_p < 1.0 else scaled
-        gumbel = -torch.log(-torch.log(counter_uniform(key, sample_ids, t, scaled.shape[-1]))).float()
-        tokens = (filtered + gumbel).argmax(-1)
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    gumbel = None if params.greedy else gumbel_noise(key, sample_ids, t, 1, logits.shape[-1])[0]
+    return pick_tokens(logits, params, gumbel)
 
 
-def _cache_kwarg(model: PreTrainedModel) -> str:
-    """transformers >= 5.2x names the KV cache ``cache``; earlier 5.x releases ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+class _NoiseStream:
+    """Gumbel noise for consecutive steps, drawn in chunks of as many steps as fit in ``_NOISE_CELLS``."""
+
+    def __init__(self, key: int, sample_ids: torch.Tensor, vocab_size: int, total_steps: int, greedy: bool):
+        self.key, self.sample_ids, self.vocab_size, self.total = key, sample_ids, vocab_size, total_steps
+        self.chunk = max(1, _NOISE_CELLS // max(1, len(sample_ids) * vocab_size))
+        self.greedy, self.start, self.noise = greedy, 0, None
+
+    def at(self, t: int) -> torch.Tensor | None:
+        if self.greedy:
+            return None
+        if self.noise is None or t >= self.start + len(self.noise):
+            self.start, steps = t, min(self.chunk, self.total - t)
+            self.noise = gumbel_noise(self.key, self.sample_ids, t, steps, self.vocab_size)
+        return self.noise[t - self.start]
+
+
+def _left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention_mask, prompt_lengths): prompts left-padded so every row's next token is column W."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    attn = (torch.arange(width, device=device)[None] >= (width - lengths)[:, None]).long()
+    return ids, attn, lengths
 
 
 @torch.no_grad()
@@ -95,66 +149,68 @@ def generate(
     pad_id: int,
     key: int,
     sample_ids: torch.Tensor,
+    compile: bool = False,
 ) -> Experience:
     """Sample a response for every prompt; returns right-padded ``[prompt | response | pad]`` rows.
 
     prompts: B lists of token ids; sample_ids: [B] global sample indices (drive the noise).
     The response includes the EOS token when one was sampled; rows without EOS are ``truncated``.
+    ``compile``: run the decode step under torch.compile (Qwen2/Llama-shaped models; the first call compiles).
     """
     device = next(model.parameters()).device
-    batch = len(prompts)
-    prompt_lengths = torch.tensor([len(p) for p in prompts], device=device)
-    width = int(prompt_lengths.max())
-    # Left-pad for the batched prefill so every row's next token sits in the last column.
-    ids = torch.full((batch, width), pad_id, dtype=torch.long, device=device)
-    attn = torch.zeros((batch, width), dtype=torch.long, device=device)
-    for b, p in enumerate(prompts):
-        ids[b, width - len(p):] = torch.tensor(p, device=device)
-        attn[b, width - len(p):] = 1
+    ids, attn, prompt_lengths = _left_padded(prompts, pad_id, device)
+    batch, width, max_new = ids.shape[0], ids.shape[1], params.max_new_tokens
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    cache = {_cache_kwarg(model): DynamicCache()}
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1,
-                **cache)
-    tokens = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.long, device=device)
-    logprobs = torch.zeros((batch, params.max_new_tokens), device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    next_pos = positions[:, -1] + 1
-    for t in range(params.max_new_tokens):
-        tok, lp = choose_tokens(out.logits[:, -1], params, key, sample_ids.to(device), t)
-        tokens[:, t] = torch.where(finished, pad_id, tok)
-        logprobs[:, t] = torch.where(finished, 0.0, lp)
-        finished |= tok == eos_id
-        if bool(finished.all()) or t == params.max_new_tokens - 1:
+    static = static_decoder_supported(model)
+    if static:
+        # The compiled step sees the whole cache; rounding its length up lets nearby prompt widths share a graph.
+        max_len = -(-(width + max_new) // 64) * 64 if compile else width + max_new
+        decoder = StaticKVDecoder(model, batch, max_len, compile=compile)
+        rotations = decoder.rotations(prompt_lengths[:, None] + torch.arange(max_new, device=device)[None])
+    else:
+        decoder = HFCacheDecoder(model)
+    logits = decoder.prefill(ids, attn, positions)
+    noise = _NoiseStream(key, sample_ids.to(device), logits.shape[-1], max_new, params.greedy)
+    tokens = torch.full((max_new, batch), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((max_new, batch), device=device)
+    steps = max_new
+    for t in range(max_new):
+        tok, lp = pick_tokens(logits, params, noise.at(t))
+        tokens[t], logprobs[t] = tok, lp
+        if t == max_new - 1 or ((t + 1) % _EOS_CHECK_PERIOD == 0 and bool((tokens[: t + 1] == eos_id).any(0).all())):
+            steps = t + 1
             break
-        attn = torch.cat([attn, torch.ones((batch, 1), dtype=attn.dtype, device=device)], dim=1)
-        out = model(input_ids=tokens[:, t : t + 1], attention_mask=attn, position_ids=next_pos[:, None],
-                    use_cache=True, **cache)
-        next_pos = next_pos + 1
-    return _right_padded(prompts, prompt_lengths, tokens, logprobs, eos_id, pad_id)
+        logits = (decoder.decode(tok, width + t, rotations[:, t]) if static
+                  else decoder.decode(tok, prompt_lengths + t))
+    return _right_padded(ids, prompt_lengths, tokens[:steps].T, logprobs[:steps].T, eos_id, pad_id)
 
 
 def _right_padded(
-    prompts: list[list[int]],
+    ids: torch.Tensor,
     prompt_lengths: torch.Tensor,
     tokens: torch.Tensor,
     logprobs: torch.Tensor,
     eos_id: int,
     pad_id: int,
 ) -> Experience:
-    """Re-lay left-padded prompts + responses as right-padded rows. tokens, logprobs: [B, N]."""
-    batch, max_new = tokens.shape
+    """Left-padded prompts ``ids`` [B, W] + sampled ``tokens``, ``logprobs`` [B, N] -> right-padded rows.
+
+    Everything a row sampled after its first EOS is dropped here, once, instead of masked step by step.
+    """
+    batch, width = ids.shape
+    max_new = tokens.shape[1]
     is_eos = tokens == eos_id
     has_eos = is_eos.any(-1)
     response_lengths = torch.where(has_eos, is_eos.float().argmax(-1) + 1, max_new)
-    seq_len = int((prompt_lengths + response_lengths).max())
-    input_ids = torch.full((batch, seq_len), pad_id, dtype=torch.long, device=tokens.device)
-    gen_logprobs = torch.zeros((batch, seq_len), device=tokens.device)
-    for b, p in enumerate(prompts):
-        n_p, n_r = len(p), int(response_lengths[b])
-        input_ids[b, :n_p] = torch.tensor(p, device=tokens.device)
-        input_ids[b, n_p : n_p + n_r] = tokens[b, :n_r]
-        gen_logprobs[b, n_p : n_p + n_r] = logprobs[b, :n_r]
-    response_mask = build_response_mask(prompt_lengths, response_lengths, seq_len)
-    attention_mask = (torch.arange(seq_len, device=tokens.device)[None] < (prompt_lengths + response_lengths)[:, None]).long()
-    return Experience(input_ids=input_ids, attention_mask=attention_mask, response_mask=response_mask,
+    total = prompt_lengths + response_lengths
+    seq_len = int(total.max())
+    # Row b of [prompt | response] starts at column W - prompt_length[b] of the left-padded layout.
+    columns = (width - prompt_lengths)[:, None] + torch.arange(seq_len, device=ids.device)[None]
+    columns = columns.clamp(max=width + max_new - 1)
+    valid = torch.arange(seq_len, device=ids.device)[None] < total[:, None]
+    input_ids = torch.cat([ids, tokens], dim=1).gather(1, columns).masked_fill(~valid, pad_id)
+    in_response = build_response_mask(prompt_lengths, response_lengths, seq_len)
+    padded_logprobs = torch.cat([torch.zeros_like(ids, dtype=logprobs.dtype), logprobs], dim=1)
+    gen_logprobs = padded_logprobs.gather(1, columns) * in_response
+    return Experience(input_ids=input_ids, attention_mask=valid.long(), response_mask=in_response,
                       gen_logprobs=gen_logprobs, truncated=~has_eos)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from dtppo.config import PolicyConfig, ValueConfig
+from dtppo.config import Config, PolicyConfig, ValueConfig
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.placement import Placement
 
@@ -12,14 +12,18 @@ from dtppo.workers.placement import Placement
 class Worker:
     """A plain class owning one model on this rank; orchestration (local ranks, later Ray) wraps it."""
 
+    cfg: Config
     placement: Placement
     model: nn.Module
     engine: TrainEngine
 
     def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
         p = self.placement
+        name = "policy" if isinstance(section, PolicyConfig) else "value"
         return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm,
-                           p.dp_rank, p.dp_size, p.dp_group)
+                           p.dp_rank, p.dp_size, p.dp_group, name=name,
+                           max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
+                           unsharded_accumulation=section.parallel.unsharded_grad_accumulation)
 
     # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
     def prepare_for_inference(self) -> None:

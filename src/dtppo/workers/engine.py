@@ -17,8 +17,10 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.distributed.comm import all_reduce
 from dtppo.distributed.grad_norm import clip_grad_norm_
+from dtppo.distributed.parallelize import microbatch_accumulation
+from dtppo.faults import NonFiniteError, nonfinite_injected
 from dtppo.metrics import normalise, reduce_across_ranks, reduce_stats
-from dtppo.types import Experience
+from dtppo.types import Experience, balanced_rows
 
 LossFn = Callable[[Experience], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -40,14 +42,20 @@ def lr_lambda(cfg: SchedulerConfig) -> Callable[[int], float]:
 class TrainEngine:
     """AdamW + LambdaLR over ``model``'s parameters, with grad-norm clipping and non-finite step skipping.
 
-    Data parallel: ``dp_rank``/``dp_size`` pick this rank's rows of each minibatch, ``dp_group`` reduces
-    metrics. The model is expected to sum (not average) gradients across those ranks (see parallelize()).
+    Data parallel: ``dp_rank``/``dp_size`` pick this rank's rows of each minibatch (an equal number of rows,
+    balanced by token count), ``dp_group`` reduces metrics. The model is expected to sum (not average)
+    gradients across those ranks (see parallelize()).
     """
 
     def __init__(self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float,
-                 dp_rank: int = 0, dp_size: int = 1, dp_group=None):
+                 dp_rank: int = 0, dp_size: int = 1, dp_group=None, name: str = "model",
+                 max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False):
         self.model = model
+        # FSDP: gather once per optimizer step, reduce-scatter once (see microbatch_accumulation).
+        self.unsharded_accumulation = unsharded_accumulation
         self.max_grad_norm = max_grad_norm
+        # ``name`` labels errors and selects the test hook; 0 consecutive-limit = skip forever, never stop.
+        self.name, self.max_consecutive_nonfinite = name, max_consecutive_nonfinite
         self.dp_rank, self.dp_size, self.dp_group = dp_rank, dp_size, dp_group
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
@@ -55,17 +63,32 @@ class TrainEngine:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(schedule))
         self.skipped_steps = 0
+        self.consecutive_nonfinite = 0
 
-    def optimizer_step(self) -> torch.Tensor:
-        """Clip, then step unless the gradient norm is non-finite (counted in ``skipped_steps``)."""
+    def optimizer_step(self, loss: torch.Tensor | None = None) -> torch.Tensor:
+        """Clip, then step unless the gradient norm or the minibatch ``loss`` is non-finite.
+
+        A skipped step is counted in ``skipped_steps``. ``max_consecutive_nonfinite`` skips in a row raise
+        NonFiniteError: one bad batch is noise, a streak means the weights or the data are broken and more
+        steps only burn compute. The decision is the same on every rank: the norm and the loss are global.
+        """
         grad_norm = clip_grad_norm_(list(self.model.parameters()), self.max_grad_norm)
-        finite = torch.isfinite(grad_norm)
+        finite = torch.isfinite(grad_norm) if loss is None else torch.isfinite(grad_norm) & torch.isfinite(loss)
         if bool(finite):
             self.optimizer.step()
+            self.consecutive_nonfinite = 0
         else:
             self.skipped_steps += 1
+            self.consecutive_nonfinite += 1
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        limit = self.max_consecutive_nonfinite
+        if limit and self.consecutive_nonfinite >= limit:
+            raise NonFiniteError(
+                f"{self.name}: {self.consecutive_nonfinite} consecutive optimizer steps had a non-finite loss or "
+                f"gradient (limit ppo.max_consecutive_nonfinite_steps = {limit}); stopping, the last checkpoint "
+                f"is unaffected"
+            )
         return grad_norm.detach()
 
     def train(self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int) -> dict[str, torch.Tensor]:
@@ -80,16 +103,21 @@ class TrainEngine:
             minibatch = experience.slice(start, start + global_batch)
             # Every rank holds the whole step's batch, so the global token count needs no collective.
             num_tokens = minibatch.response_mask.sum().clamp(min=1)
-            local = minibatch.shard(self.dp_rank, self.dp_size)
+            # Rows spread by token count, not in blocks: a step lasts as long as its slowest rank.
+            local = minibatch.take(balanced_rows(minibatch.attention_mask.sum(-1), self.dp_rank, self.dp_size))
             loss_total = torch.zeros(())
-            for micro_start in range(0, local.batch_size, micro_batch):
-                micro = local.slice(micro_start, micro_start + micro_batch)
-                loss_sum, micro_stats = loss_fn(micro)
-                (loss_sum / num_tokens).backward()
-                loss_total += loss_sum.detach() / num_tokens
-                stats.append(micro_stats)
+            with microbatch_accumulation(self.model, self.unsharded_accumulation) as before_microbatch:
+                for micro_start in range(0, local.batch_size, micro_batch):
+                    micro = local.slice(micro_start, micro_start + micro_batch)
+                    before_microbatch(micro_start + micro_batch >= local.batch_size)
+                    loss_sum, micro_stats = loss_fn(micro)
+                    if nonfinite_injected(self.name, self.scheduler.last_epoch):
+                        loss_sum = loss_sum * float("nan")  # test hook (dtppo.faults): a real overflow's effect
+                    (loss_sum / num_tokens).backward()
+                    loss_total += loss_sum.detach() / num_tokens
+                    stats.append(micro_stats)
             losses.append(all_reduce(loss_total, "sum", self.dp_group))
-            norms.append(self.optimizer_step())
+            norms.append(self.optimizer_step(losses[-1]))
         all_tokens = experience.response_mask.sum()
         return {
             "loss": torch.stack(losses).mean(),
@@ -107,9 +135,12 @@ class TrainEngine:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     def extra_state(self) -> dict:
-        """What every rank holds identically: schedule position and the skipped-step count."""
-        return {"scheduler": self.scheduler.state_dict(), "skipped_steps": self.skipped_steps}
+        """What every rank holds identically: schedule position and the skipped-step counts (the current
+        streak too, so a kill and resume neither forgives nor repeats a run of non-finite steps)."""
+        return {"scheduler": self.scheduler.state_dict(), "skipped_steps": self.skipped_steps,
+                "consecutive_nonfinite": self.consecutive_nonfinite}
 
     def load_extra_state(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
         self.skipped_steps = int(state["skipped_steps"])
+        self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))

@@ -8,20 +8,29 @@ import torch
 from torch import nn
 
 from dtppo.config import ParallelConfig
-from dtppo.distributed.comm import all_gather_rows, world_size
+from dtppo.distributed.comm import all_gather_rows, is_distributed, rank, world_size
 from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_group
 from dtppo.distributed.parallelize import parallelize
 from dtppo.types import Experience, block_rows
 
 
 class Placement:
-    """A worker's ranks: ``dp`` row shards × ``tp`` model shards over all launched ranks."""
+    """A worker's pool of ranks: ``dp`` row shards × ``tp`` model shards.
 
-    def __init__(self, parallel: ParallelConfig):
-        self.dims = ParallelDims(world_size(), parallel.tp, parallel.sequence_parallel)
-        self.mesh = self.dims.build_mesh()
-        self.dp_rank, self.dp_size = dp_coordinate(self.mesh)
-        self.dp_group = dp_group(self.mesh)
+    The pool is every launched rank when policy and critic are colocated, or a contiguous block of ranks
+    when they live in separate pools (``cluster.policy_ranks``). Building a Placement is collective over all
+    launched ranks; on a rank outside the pool it only records that this rank is not a member.
+    """
+
+    def __init__(self, parallel: ParallelConfig, ranks: range | None = None):
+        ranks = range(world_size()) if ranks is None else ranks
+        self.ranks = ranks
+        self.dims = ParallelDims(len(ranks), parallel.tp, parallel.sequence_parallel)
+        # Any multi-process run shards, even a one-rank pool: its collectives must stay inside the pool.
+        self.mesh = self.dims.build_mesh(ranks) if is_distributed() else None
+        self.member = rank() in ranks
+        self.dp_rank, self.dp_size = dp_coordinate(self.mesh) if self.member else (0, 1)
+        self.dp_group = dp_group(self.mesh) if self.member else None
 
     @property
     def sharded(self) -> bool:

@@ -12,6 +12,7 @@ from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.ops import logprobs_from_logits
+from dtppo.packing import pack_rows
 from dtppo.rollout.sampler import SamplingParams, generate
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
@@ -25,12 +26,12 @@ class PolicyWorker(Worker):
     so ``train/token_mult_prob_error`` measures only numerical drift.
     """
 
-    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase):
+    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, placement: Placement | None = None):
         torch.manual_seed(cfg.ppo.seed)
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
-        self.placement = Placement(cfg.policy.parallel)
+        self.placement = placement or Placement(cfg.policy.parallel)
         full = build_causal_lm(
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
@@ -76,27 +77,40 @@ class PolicyWorker(Worker):
 
     def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:
         def logprobs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-            return logprobs_from_logits(logits / self.temperature, input_ids)
+            return self._token_logprobs(model, input_ids, attention_mask)
 
         return self.placement.map_rows(experience, logprobs, self.cfg.policy.logprob_batch_size)
 
+    def _token_logprobs(self, model: torch.nn.Module, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor) -> torch.Tensor:
+        """log π(x_t | x_<t) under ``model``. input_ids, attention_mask: [B, T] -> [B, T] float32.
+
+        With ``policy.sequence_packing`` the rows' sequences are packed (no pad tokens computed) and the
+        results unpacked; each sequence's first token holds 0, as t = 0 does in the padded layout.
+        """
+        if not self.cfg.policy.sequence_packing:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return logprobs_from_logits(logits / self.temperature, input_ids)
+        packed = pack_rows(input_ids, attention_mask)
+        logits = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                       position_ids=packed.position_ids).logits
+        return packed.unpack(logprobs_from_logits(logits / self.temperature, packed.input_ids, packed.sequence_starts))
+
     # ---- training
+    def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Clipped PPO loss of one microbatch (local sum, with grad) and its statistics."""
+        loss_cfg = self.cfg.loss
+        logprobs = self._token_logprobs(self.model, micro.input_ids, micro.attention_mask)
+        return policy_loss(
+            logprobs, micro.old_logprobs, micro.advantages, micro.response_mask,
+            loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,
+            micro.ref_logprobs, 0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef, loss_cfg.kl_estimator,
+        )
+
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of clipped PPO over ``experience`` (needs old_logprobs and advantages)."""
-        loss_cfg = self.cfg.loss
-
-        def loss_fn(micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            logits = self.model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
-            logprobs = logprobs_from_logits(logits / self.temperature, micro.input_ids)
-            return policy_loss(
-                logprobs, micro.old_logprobs, micro.advantages, micro.response_mask,
-                loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,
-                micro.ref_logprobs, 0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef, loss_cfg.kl_estimator,
-            )
-
         return self.engine.train(
-            experience, loss_fn, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
+            experience, self.loss, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
         )
 
     def load_checkpoint(self, sharded: dict, extra: dict) -> None:

@@ -21,14 +21,15 @@ class ValueWorker(Worker):
     critic is identical across launches.
     """
 
-    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase):
+    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, placement: Placement | None = None):
         torch.manual_seed(cfg.ppo.seed)
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed)
-        self.placement = Placement(cfg.value.parallel)
+        self.placement = placement or Placement(cfg.value.parallel)
         self.model = self.placement.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
-                                       shift=cfg.value.shift_values))
+                                       shift=cfg.value.shift_values,
+                                       sequence_packing=cfg.value.sequence_packing))
         self.engine = self._build_engine(cfg.value)
 
     @torch.no_grad()
@@ -40,15 +41,14 @@ class ValueWorker(Worker):
         """
         return self.placement.map_rows(experience, self.model.values, self.cfg.value.inference_batch_size)
 
+    def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""
+        values = self.model.values(micro.input_ids, micro.attention_mask)
+        return value_loss(values, micro.old_values, micro.returns, micro.response_mask,
+                          self.cfg.loss.value_clip, self.cfg.loss.value_loss_scale)
+
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of value regression onto ``experience.returns`` (needs old_values and returns)."""
-        loss_cfg = self.cfg.loss
-
-        def loss_fn(micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            values = self.model.values(micro.input_ids, micro.attention_mask)
-            return value_loss(values, micro.old_values, micro.returns, micro.response_mask,
-                              loss_cfg.value_clip, loss_cfg.value_loss_scale)
-
         return self.engine.train(
-            experience, loss_fn, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
+            experience, self.loss, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
         )

@@ -1,0 +1,59 @@
+"""Faults that stop a run, and the test hooks that provoke them on purpose.
+
+A run stops with a ``RunStopped`` subclass when continuing would waste compute or lose data; the CLI turns
+it into one line on stderr and a dedicated exit code (``exit_code``), never a traceback.
+
+Test hooks are environment variables, so they reach every rank a launcher starts and need no config key.
+They are read when used and do nothing when unset (the normal case):
+
+- ``DTPPO_TEST_NONFINITE="policy:3,4;value:0"``: the loss of those optimizer steps (0-based, counted over
+  the whole run per model, as the LR schedule counts them) is multiplied by NaN before ``backward()``, so
+  the loss and the gradient are non-finite exactly as after a real overflow.
+- ``DTPPO_TEST_PAUSE_IN_CHECKPOINT=SECONDS``: a checkpoint write sleeps this long at each of its stages
+  (directory created, weights written, trainer state written), so a kill inside the write is easy to hit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+NONFINITE_ENV = "DTPPO_TEST_NONFINITE"
+PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
+
+
+class RunStopped(RuntimeError):
+    """The run cannot usefully continue; ``str(err)`` is the one-line explanation for the user."""
+
+    exit_code = 1
+
+
+class NonFiniteError(RunStopped):
+    """Too many consecutive optimizer steps had a non-finite loss or gradient."""
+
+    exit_code = 3
+
+
+class CheckpointError(RunStopped):
+    """A checkpoint could not be written, or one on disk is incomplete or corrupted."""
+
+    exit_code = 4
+
+
+def nonfinite_injected(model: str, optimizer_step: int) -> bool:
+    """True when ``DTPPO_TEST_NONFINITE`` lists ``optimizer_step`` for ``model`` ("policy" / "value")."""
+    spec = os.environ.get(NONFINITE_ENV, "").strip()
+    if not spec:
+        return False
+    for part in spec.split(";"):
+        name, _, steps = part.partition(":")
+        if name.strip() == model and str(optimizer_step) in {s.strip() for s in steps.split(",")}:
+            return True
+    return False
+
+
+def pause_in_checkpoint() -> None:
+    """Sleep ``DTPPO_TEST_PAUSE_IN_CHECKPOINT`` seconds (kill-campaign hook; no-op when unset)."""
+    seconds = float(os.environ.get(PAUSE_ENV, "0") or 0)
+    if seconds > 0:
+        time.sleep(seconds)
