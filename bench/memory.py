@@ -35,7 +35,9 @@ def peak_rss_mib(cmd: list[str]) -> tuple[float, float]:
     probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
              "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, time.perf_counter() - t)")
-    out = subprocess.run([sys.executable, "-c", probe, *cmd], cwd=ROOT, check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     rss, wall = out.stdout.split()[-2:]
     return float(rss), float(wall)
 

@@ -30,7 +30,7 @@ from workload import MODEL_20M, make_config, matmul_peak_gflops, rollout_batch, 
 from dtppo.distributed.comm import all_gather_rows, all_reduce, barrier, rank, world_size  # noqa: E402
 from dtppo.distributed.launch import run_ranks  # noqa: E402
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
-from dtppo.types import balanced_rows  # noqa: E402
+from dtppo.types import balanced_rows, block_rows  # noqa: E402
 from dtppo.workers.policy import PolicyWorker  # noqa: E402
 from dtppo.workers.value import ValueWorker  # noqa: E402
 
@@ -115,6 +115,9 @@ def measure(args: argparse.Namespace, extra: list[str], out_path: str) -> None:
         "flops": {"critic": train_flops(MODEL_20M, 1, lengths), "policy": train_flops(MODEL_20M, len(tok), lengths)},
         "real_tokens": int(lengths.sum()),
         "tokens_per_rank": all_gather_rows(my_tokens).squeeze(-1).tolist(),
+        # What contiguous row blocks (the split before token balancing) would have given each rank.
+        "tokens_per_rank_in_blocks": [float(lengths[block_rows(exp.batch_size, r, world_size())].sum())
+                                      for r in range(world_size())],
         "breakdown_per_rank": {name: _gather_dict(b) for name, b in breakdown.items()},
         "peak_gflops_per_rank": all_gather_rows(torch.tensor([[peak]])).squeeze(-1).tolist(),
         "gloo_collective_s_one_model_fp32": collectives,
@@ -147,6 +150,7 @@ def summarise(layout: str, world: int, result: dict, command: str) -> dict:
         "peak_gflops": peak,
         "pct_of_peak": 100.0 * flops / step_s / 1e9 / peak,
         "tokens_per_rank": result["tokens_per_rank"],
+        "tokens_per_rank_in_blocks": result["tokens_per_rank_in_blocks"],
         "fsdp_comm_s_per_rank": comm,
         "profiled_update_s_per_rank": {name: b["update_s"] for name, b in result["breakdown_per_rank"].items()},
         "breakdown_per_rank": result["breakdown_per_rank"],

@@ -6,7 +6,8 @@ One process builds both variants and alternates their steps, so load from other 
 machine hits both alike; the matmul peak is measured in that process before, between and after the steps.
 Peak RSS comes from one fresh process per variant (warm-up step + one step), so each is its own.
 
-    python bench/train_flops.py [--steps 3] [--batch 32] [--micro 8] [--seq 256] [--threads 2]
+    python bench/train_flops.py [--model 20m|tiny] [--steps 3] [--batch 32] [--micro 8] [--seq 256] [--threads 2]
+    python bench/train_flops.py --profile --threads 1    # CPU-time shares: matmul, attention, AdamW, other
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import tempfile
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import (  # noqa: E402
-    MODEL_20M, Clock, executed_tokens, make_config, matmul_peak_gflops, rollout_batch, train_flops,
+    MODELS, Clock, executed_tokens, make_config, matmul_peak_gflops, rollout_batch, train_flops,
 )
 
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
@@ -36,7 +38,7 @@ VARIANTS = {"padded": False, "packed": True}
 
 def build(args: argparse.Namespace, packing: bool):
     """Policy and critic workers and a rollout batch with old values / log-probs filled in."""
-    cfg = make_config(MODEL_20M, args.batch, args.micro, packing)
+    cfg = make_config(MODELS[args.model], args.batch, args.micro, packing)
     tok = build_char_tokenizer()
     policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
     exp = rollout_batch(len(tok), args.batch, args.seq)
@@ -70,17 +72,37 @@ def measure_times(args: argparse.Namespace) -> dict:
     peaks.append(matmul_peak_gflops())
     workers, exp = built["padded"]
     vocab = workers["policy"].model.config.vocab_size
-    lengths = exp.attention_mask.sum(-1)
+    lengths, model = exp.attention_mask.sum(-1), MODELS[args.model]
     return {
         "times": times,
         "cpu_times": cpu_times,
-        "flops": {"critic": train_flops(MODEL_20M, 1, lengths), "policy": train_flops(MODEL_20M, vocab, lengths)},
+        "flops": {"critic": train_flops(model, 1, lengths), "policy": train_flops(model, vocab, lengths)},
         "params": {name: sum(p.numel() for p in w.model.parameters()) for name, w in workers.items()},
         "real_tokens": int(lengths.sum()),
         "executed_tokens": {v: executed_tokens(exp, args.micro, packing) for v, packing in VARIANTS.items()},
         "padded_width": exp.input_ids.shape[1],
         "peak_gflops": peaks,
     }
+
+
+def profile_shares(args: argparse.Namespace) -> dict:
+    """Where one packed critic + policy update spends its time (after a warm-up update), by CPU time:
+    matmul kernels, attention kernels, the AdamW step (inclusive) and everything else."""
+    torch.set_num_threads(args.threads)
+    workers, exp = build(args, packing=True)
+    for worker in workers.values():
+        worker.train(exp)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for worker in workers.values():
+            worker.train(exp)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    attention = sum(e.self_cpu_time_total for e in events if "scaled_dot_product" in e.key)
+    optimizer = sum(e.cpu_time_total for e in events if e.key.startswith("Optimizer.step"))
+    shares = {"matmul": matmul, "attention": attention, "adamw_step": optimizer,
+              "other (norms, rotary, activations, softmax, loss, copies)": total - matmul - attention - optimizer}
+    return {name: value / total for name, value in shares.items()}
 
 
 def measure_memory(args: argparse.Namespace, variant: str) -> dict:
@@ -138,19 +160,31 @@ def run_child(mode: str, out: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--model", choices=list(MODELS), default="20m", help="20m, or the demo's tiny model")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile one packed update of each model: time shares by kind of op")
     parser.add_argument("--child", help="internal: 'times' or a variant name (memory), run in this process")
     parser.add_argument("--result", help="internal: where a child writes its raw result")
     args = parser.parse_args()
+    if args.profile:
+        shares = profile_shares(args)
+        for name, share in shares.items():
+            print(f"{name:<58}{100 * share:>6.1f} %")
+        out = Path(__file__).resolve().parent / "results" / f"train_flops_profile_{args.threads}t.json"
+        command = (f"python bench/train_flops.py --profile --model {args.model} --batch {args.batch} --micro {args.micro} "
+                   f"--seq {args.seq} --threads {args.threads}")
+        out.write_text(json.dumps({"cpu_time_shares": shares, "command": command}, indent=2))
+        return
     if args.child:
         result = measure_times(args) if args.child == "times" else measure_memory(args, args.child)
         Path(args.result).write_text(json.dumps(result))
         return
-    command = (f"python bench/train_flops.py --steps {args.steps} --batch {args.batch} --micro {args.micro} "
-               f"--seq {args.seq} --threads {args.threads}")
+    command = (f"python bench/train_flops.py --model {args.model} --steps {args.steps} --batch {args.batch} "
+               f"--micro {args.micro} --seq {args.seq} --threads {args.threads}")
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         result = run_child("times", os.path.join(tmp, "times.json"))
@@ -159,10 +193,12 @@ def main() -> None:
     print_table(rows)
     out_dir = Path(__file__).resolve().parent / "results"
     out_dir.mkdir(exist_ok=True)
-    meta = {"args": {k: v for k, v in vars(args).items() if k not in ("child", "result")}, "model": MODEL_20M,
+    meta = {"args": {k: v for k, v in vars(args).items() if k not in ("child", "result")},
+            "model": MODELS[args.model],
             "load_average_before_after": [load_before, os.getloadavg()], "cpu_count": os.cpu_count()}
     # One file per thread count: a 1-thread run (steadier on a shared machine) does not replace the full one.
-    (out_dir / f"train_flops_{args.threads}t.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    name = "train_flops" if args.model == "20m" else f"train_flops_{args.model}"
+    (out_dir / f"{name}_{args.threads}t.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
 
 
 def print_table(rows: list[dict]) -> None:

@@ -20,12 +20,14 @@ cost time, which is why they show up as the gap to the matmul peak).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import torch
 
 from dtppo import config as config_lib
+from dtppo.config import TinyModelConfig
 from dtppo.packing import pack_rows
 from dtppo.types import Experience, build_response_mask
 
@@ -34,6 +36,9 @@ RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny-math-cpu.ya
 # Qwen2 layout (GQA with 2 KV heads, SwiGLU, RMSNorm, QKV bias) scaled to ~20M parameters per model.
 MODEL_20M = {"hidden_size": 512, "num_layers": 6, "num_heads": 8, "num_kv_heads": 2, "intermediate_size": 1792,
              "max_position_embeddings": 512}
+# The demo recipe's model (dtppo.config.TinyModelConfig defaults), ~1M parameters.
+MODEL_TINY = dataclasses.asdict(TinyModelConfig())
+MODELS = {"20m": MODEL_20M, "tiny": MODEL_TINY}
 
 
 def make_config(model: dict, batch: int, micro: int, packing: bool, extra: list[str] = ()) -> config_lib.Config:

@@ -141,6 +141,7 @@ def _commit(root: Path, tmp: Path, final: Path, replicated: dict[str, Any], conf
     manifest = {"files": {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}}
     _write_bytes(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
     _fsync_tree(tmp)
+    pause_in_checkpoint()
     if final.exists():
         _discard(final)
     os.replace(tmp, final)

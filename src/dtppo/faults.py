@@ -9,8 +9,9 @@ They are read when used and do nothing when unset (the normal case):
 - ``DTPPO_TEST_NONFINITE="policy:3,4;value:0"``: the loss of those optimizer steps (0-based, counted over
   the whole run per model, as the LR schedule counts them) is multiplied by NaN before ``backward()``, so
   the loss and the gradient are non-finite exactly as after a real overflow.
-- ``DTPPO_TEST_PAUSE_IN_CHECKPOINT=SECONDS``: a checkpoint write sleeps this long at each of its stages
-  (directory created, weights written, trainer state written), so a kill inside the write is easy to hit.
+- ``DTPPO_TEST_PAUSE_IN_CHECKPOINT=SECONDS``: a checkpoint write sleeps this long after each of its 4 stages
+  (directory created, weights written, trainer state written, manifest written: just before the rename), so
+  a kill inside the write is easy to hit.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and compared exactly with an uninterrupted run of the same layout (see killing.p
 
 Trials alternate one and two ranks. Each trial has one kill (a fifth of them two: the second lands in the
 resumed launch). Kinds are drawn by the seeded RNG: inside a checkpoint write (at a random fraction of the
-write's test pauses, for a random step), at a random moment of the run, or (two ranks) of one rank only.
+write's 4 test pauses, for a random step), at a random moment of the run, or (two ranks) of one rank only.
 Writes bench/results/kill_campaign.json and prints a summary; exits 1 if any trial failed.
 """
 

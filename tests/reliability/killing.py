@@ -10,8 +10,8 @@ and at the end: exit code 0, metrics.jsonl equal to the reference's, final weigh
 position and counters equal to the reference's.
 
 Kill points:
-- ``checkpoint``: the run gets ``DTPPO_TEST_PAUSE_IN_CHECKPOINT`` (a pause at each of the 3 stages of a write);
-  the kill lands a random fraction of those 3 pauses after ``tmp_step_<save>`` appears;
+- ``checkpoint``: the run gets ``DTPPO_TEST_PAUSE_IN_CHECKPOINT`` (a pause after each of the 4 stages of a
+  write); the kill lands a random fraction of those 4 pauses after ``tmp_step_<save>`` appears;
 - ``time``: a random moment, a fraction of the reference run's wall time after the launch (scaled by the
   share of steps left when the launch resumes; a first launch that ends before its moment is restarted
   from scratch with the moment timed against it, as the shared machine's speed varies);
@@ -38,6 +38,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "recipes" / "tiny-math-cpu.yaml")
 PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
+PAUSES_PER_WRITE = 4  # dtppo.checkpoint pauses after: mkdir, weights, trainer state, manifest
 SMALL_MODEL = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value")
                for k, v in [("hidden_size", 64), ("num_layers", 2), ("intermediate_size", 128)]]
 
@@ -63,9 +64,10 @@ class RunSpec:
 @dataclass(frozen=True)
 class KillPoint:
     kind: str  # "checkpoint" | "time" | "one_rank"
-    fraction: float  # of the 3 pauses (checkpoint) or of the reference wall time (time, one_rank)
+    fraction: float  # of the 4 pauses (checkpoint) or of the expected wall time (time, one_rank)
     save: int = 1  # checkpoint: which step's write to hit
     pause_s: float = 0.4
+    wait_for: str = ""  # checkpoint: start the clock when this file appears in tmp_step_<save> (else the dir)
 
 
 @dataclass
@@ -180,15 +182,15 @@ def run_trial(spec: RunSpec, cwd: Path, name: str, kills: list[KillPoint], refer
         env = {PAUSE_ENV: str(point.pause_s)} if point.kind == "checkpoint" else {}
         # A resumed launch has only the steps after the latest checkpoint left to run: scale its moment.
         done = result.kills[-1].steps_on_disk[-1] if i and result.kills[-1].steps_on_disk else 0
-        for _ in range(3 if i == 0 else 1):
+        for attempt in range(3 if i == 0 else 1):
             launched = time.monotonic()
-            record = _kill_at(launch(spec, cwd, name, env), point, ckpt,
+            record = kill_at(launch(spec, cwd, name, env), point, ckpt,
                               reference_s * max(0.3, (spec.steps - done) / spec.steps), rng)
-            if record.killed or i > 0:
+            if record.killed or i > 0 or attempt == 2:
                 break
             # The whole run finished before the moment came (the shared machine got faster): start the
-            # trial over, timing the moment against the launch just seen.
-            reference_s = time.monotonic() - launched
+            # trial over, timing the moment against the launch just seen (less 10% for its exit).
+            reference_s = 0.9 * (time.monotonic() - launched)
             result.restarts += 1
             shutil.rmtree(cwd / name, ignore_errors=True)
             for log in cwd.glob(f"{name}.*.log"):
@@ -207,14 +209,16 @@ def run_trial(spec: RunSpec, cwd: Path, name: str, kills: list[KillPoint], refer
     return result
 
 
-def _kill_at(proc: subprocess.Popen, point: KillPoint, ckpt: Path, reference_s: float, rng) -> KillRecord:
+def kill_at(proc: subprocess.Popen, point: KillPoint, ckpt: Path, reference_s: float,
+            rng: random.Random) -> KillRecord:
+    """Wait for ``point`` in the launch ``proc``, kill, and record what the kill left on disk."""
     launched = time.monotonic()
     if point.kind == "checkpoint":
-        planned = f"during the write of step_{point.save}, {point.fraction:.2f} x 3 pauses of {point.pause_s}s"
-        tmp = ckpt / f"tmp_step_{point.save}"
+        planned = f"during the write of step_{point.save}, {point.fraction:.2f} x 4 pauses of {point.pause_s}s"
+        tmp = ckpt / f"tmp_step_{point.save}" / point.wait_for
         while not tmp.exists() and proc.poll() is None:
             time.sleep(0.005)
-        time.sleep(point.fraction * 3 * point.pause_s)
+        time.sleep(point.fraction * PAUSES_PER_WRITE * point.pause_s)
     else:
         planned = f"{point.fraction:.2f} x expected wall time ({point.fraction * reference_s:.1f}s)"
         deadline = launched + point.fraction * reference_s
@@ -284,19 +288,17 @@ def _fill_resume_sources(cwd: Path, name: str, result: TrialResult) -> None:
 # ---------------------------------------------------------------------------------------------- comparison
 
 
-def _comparable(record: dict) -> dict:
-    return {k: v for k, v in record.items() if not k.startswith(("timing/", "perf/"))}
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def comparable_metrics(path: Path) -> list[dict]:
+    """A metrics.jsonl's records without the wall-clock ones (timing/*, perf/*), which no rerun repeats."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "perf/"))} for r in records]
 
 
 def _compare(cwd: Path, name: str, reference: str, steps: int, result: TrialResult) -> None:
     if result.final_rc != 0:
         return
-    mine = [_comparable(r) for r in _read_jsonl(cwd / name / "log" / "metrics.jsonl")]
-    ref = [_comparable(r) for r in _read_jsonl(cwd / reference / "log" / "metrics.jsonl")]
+    mine = comparable_metrics(cwd / name / "log" / "metrics.jsonl")
+    ref = comparable_metrics(cwd / reference / "log" / "metrics.jsonl")
     result.metrics_equal = mine == ref
     diffs = [abs(a[k] - b[k]) for a, b in zip(mine, ref) for k in a.keys() & b.keys()
              if isinstance(a[k], float) and isinstance(b[k], float)]
