@@ -33,6 +33,7 @@ reliability: $(STAMP)
 # carry the command that reproduces them. Add one with: BENCH_SCRIPTS += bench/<name>.py
 BENCH_SCRIPTS := bench/parity.py bench/distributed.py bench/rollout.py bench/vs_trl.py
 BENCH_SCRIPTS += bench/train_flops.py bench/scaling.py bench/memory.py
+BENCH_SCRIPTS += bench/value_alignment.py
 
 bench: $(STAMP)
 	@for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done

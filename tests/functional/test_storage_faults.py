@@ -62,7 +62,7 @@ def _without_dac_override():
 
 
 def _file_size_limit():
-    """preexec_fn: files may not grow past 1 MiB (the weights shard is ~2.4 MiB); the write fails with EFBIG
+    """preexec_fn: files may not grow past 1 MiB (the weights shard is ~2.2 MiB); the write fails with EFBIG
     instead of killing the process with SIGXFSZ, the way a full device fails it with ENOSPC."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
