@@ -108,6 +108,18 @@ def _on(exp: Experience, device: torch.device) -> Experience:
     return Experience(**fields)
 
 
+def ppo_loss_sum(name: str, model, exp: Experience) -> torch.Tensor:
+    """The clipped policy loss (``name == "policy"``) or value loss of ``exp``, summed over its tokens."""
+    if name == "policy":
+        logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
+        loss, _ = policy_loss(logprobs_from_logits(logits, exp.input_ids), exp.old_logprobs, exp.advantages,
+                              exp.response_mask, CLIP, CLIP)
+    else:
+        values = model.values(exp.input_ids, exp.attention_mask)
+        loss, _ = value_loss(values, exp.old_values, exp.returns, exp.response_mask, VALUE_CLIP)
+    return loss
+
+
 def losses_and_grads(policy, critic, exp: Experience, device: torch.device, precision: str) -> dict:
     """Policy and critic loss (token mean over the batch) and gradient norms of one update's backward."""
     out = {}
@@ -115,13 +127,7 @@ def losses_and_grads(policy, critic, exp: Experience, device: torch.device, prec
     for name, model in (("policy", policy), ("critic", critic)):
         model.zero_grad(set_to_none=True)
         with autocast(device, precision):
-            if name == "policy":
-                logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
-                loss, _ = policy_loss(logprobs_from_logits(logits, exp.input_ids), exp.old_logprobs,
-                                      exp.advantages, exp.response_mask, CLIP, CLIP)
-            else:
-                values = model.values(exp.input_ids, exp.attention_mask)
-                loss, _ = value_loss(values, exp.old_values, exp.returns, exp.response_mask, VALUE_CLIP)
+            loss = ppo_loss_sum(name, model, exp)
         (loss.float() / tokens).backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
         out[f"{name}_loss"], out[f"{name}_grad_norm"] = float(loss.detach() / tokens), float(norm)
@@ -250,13 +256,7 @@ class PPOStep:
         for start in range(0, exp.batch_size, self.micro):
             micro = exp.slice(start, start + self.micro)
             with autocast(self.device, self.precision):
-                if name == "policy":
-                    logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
-                    loss, _ = policy_loss(logprobs_from_logits(logits, micro.input_ids), micro.old_logprobs,
-                                          micro.advantages, micro.response_mask, CLIP, CLIP)
-                else:
-                    values = model.values(micro.input_ids, micro.attention_mask)
-                    loss, _ = value_loss(values, micro.old_values, micro.returns, micro.response_mask, VALUE_CLIP)
+                loss = ppo_loss_sum(name, model, micro)
             (loss.float() / tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         self.opt[name].step()
