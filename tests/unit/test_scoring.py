@@ -22,16 +22,20 @@ def test_process_pool_scores_like_the_trainer_process():
 
 
 def test_late_chunks_score_zero_within_the_time_bound():
-    scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=0.25), backend="local")
+    # A 1 ms bound: shipping one 256-pair chunk alone takes longer, so chunks are late on any machine
+    # (a bound in the hundreds of ms was met by a fast idle machine and the test could not fail).
+    scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=0.001), backend="local")
     try:
         scorer.wait_ready()  # the bound is for scoring; process start-up is waited for, untimed
-        many, truths = RESPONSES * 300, TRUTHS * 300  # ~10k pairs: over a second of work
+        many, truths = RESPONSES * 300, TRUTHS * 300
+        first_pids = set(scorer.pool.worker_pids)
         start = time.monotonic()
         scores = scorer.score(many, truths)
-        assert time.monotonic() - start < 2.0  # 0.25 s, then terminating and respawning the pool
+        assert time.monotonic() - start < 2.0  # the bound, then terminating and respawning late processes
         assert scorer.late_chunks > 0 and scores.shape == (len(many),) and scores.sum() < 20 * 300
-        scorer.wait_ready()  # the replacement pool scores normally
-        assert torch.equal(scorer.score(RESPONSES[:7], TRUTHS[:7]), score_responses(RESPONSES[:7], TRUTHS[:7]))
+        # the stuck processes were replaced (that replacements score right is the next test's check)
+        scorer.wait_ready()
+        assert len(scorer.pool.worker_pids) == 2 and set(scorer.pool.worker_pids).isdisjoint(first_pids) and len(scorer.pool.workers) == 2
     finally:
         scorer.close()
 
