@@ -39,19 +39,16 @@ class Pool(Generic[W]):
     def run(self, call: Callable[[W], T]) -> T:
         return self.share(self.local(call))
 
-    @contextmanager
-    def inference(self) -> Iterator[None]:
-        """The worker's inference lifecycle around the block (weights on device, eval mode)."""
-        if self.worker is not None:
-            self.worker.prepare_for_inference()
-        yield
-        if self.worker is not None:
-            self.worker.finish_inference()
+    def inference(self):
+        """The worker's inference lifecycle around a block (weights on device, eval mode)."""
+        return self._phase(lambda w: w.prepare_for_inference(), lambda w: w.finish_inference())
+
+    def training(self):
+        # bound calls, not Worker.*: subclasses extend the hooks (the policy syncs its rollout replica)
+        return self._phase(lambda w: w.prepare_for_training(), lambda w: w.finish_training())
 
     @contextmanager
-    def training(self) -> Iterator[None]:
-        if self.worker is not None:
-            self.worker.prepare_for_training()
+    def _phase(self, prepare: Callable[[W], None], finish: Callable[[W], None]) -> Iterator[None]:
+        self.local(prepare)
         yield
-        if self.worker is not None:
-            self.worker.finish_training()
+        self.local(finish)
