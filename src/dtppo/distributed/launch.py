@@ -50,10 +50,11 @@ def _run_in_group(fn: Callable[..., None], args: tuple) -> None:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
         dist.init_process_group("gloo")
-    try:
-        fn(*args)
-    finally:
-        dist.destroy_process_group()
+    fn(*args)
+    # Leave together: a rank that tears down gloo while a peer is still connected (separate pools finish at
+    # different moments) can abort its peer at exit. A failing rank skips this; the launcher stops the rest.
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _free_port() -> int:
