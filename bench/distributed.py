@@ -1,5 +1,6 @@
-"""Step time and per-rank parameter + optimizer memory of the policy and critic updates at dp=1, dp=2 and
-critic tp=2 (CPU, gloo, fp32). Prints a table and writes bench/results/distributed.json.
+"""Step time and per-rank parameter + optimizer memory of the policy and critic updates at dp=1, dp=2,
+dp=2 replicated (HSDP, ``parallel.dp_replicate=2``) and critic tp=2 (CPU, gloo, fp32). Prints a table and
+writes bench/results/distributed.json.
 
     python bench/distributed.py [--steps 5] [--hidden 256] [--layers 4] [--batch 32]
 """
@@ -70,7 +71,9 @@ def main() -> None:
     batch = [f"ppo.num_prompts_per_step={args.batch}", f"policy.train_global_batch_size={args.batch}",
              f"value.train_global_batch_size={args.batch}", "policy.train_micro_batch_size=8",
              "value.train_micro_batch_size=8"]
-    layouts = [("dp=1", 1, []), ("dp=2", 2, []), ("dp=1 + critic tp=2", 2, ["value.parallel.tp=2"]),
+    layouts = [("dp=1", 1, []), ("dp=2", 2, []),
+               ("dp=2 replicated", 2, [f"{w}.parallel.dp_replicate=2" for w in ("policy", "value")]),
+               ("dp=1 + critic tp=2", 2, ["value.parallel.tp=2"]),
                ("critic tp=2 + SP", 2, ["value.parallel.tp=2", "value.parallel.sequence_parallel=true"])]
     rows = []
     command = "python bench/distributed.py " + " ".join(sys.argv[1:])

@@ -14,6 +14,7 @@ from harness import run, worker_round  # noqa: E402
 MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 CASES = [
     ("FSDP dp=2", 2, MICRO),
+    ("HSDP dp=2 (2 replicas)", 2, MICRO + [f"{w}.parallel.dp_replicate=2" for w in ("policy", "value")]),
     ("critic TP=2", 2, MICRO + ["value.parallel.tp=2"]),
     ("critic TP=2 + SP", 2, MICRO + ["value.parallel.tp=2", "value.parallel.sequence_parallel=true"]),
     ("microbatch 1 x 8 (1 rank)", 1, ["policy.train_micro_batch_size=1", "value.train_micro_batch_size=1"]),

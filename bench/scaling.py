@@ -1,12 +1,16 @@
 """Data-parallel scaling of the ~20M-parameter policy + critic updates: dp=1 (one process, one thread) vs
-dp=2 (two gloo ranks, one thread each, FSDP2), same global batch; dp=2 once with the default unsharded
-gradient accumulation (one all-gather + one reduce-scatter per optimizer step) and once with FSDP's
-per-microbatch resharding (``parallel.unsharded_grad_accumulation=false``). Prints a table and writes
+dp=2 (two gloo ranks, one thread each, FSDP2), same global batch; dp=2 with the default unsharded
+gradient accumulation (one all-gather + one reduce-scatter per optimizer step), with FSDP's per-microbatch
+resharding (``parallel.unsharded_grad_accumulation=false``), and replicated (``parallel.dp_replicate=2``:
+HSDP with one rank per shard group, so one gradient all-reduce per optimizer step and no all-gather). Prints a table and writes
 bench/results/scaling.json, with a measured breakdown of where dp=2 spends its time: FSDP all-gather and
 reduce-scatter (read from the profiler's FSDP::* regions of one extra profiled step; on CPU these collectives
 are synchronous, so their time includes waiting for the other rank) and each rank's share of the tokens.
 
-    python bench/scaling.py [--steps 2] [--batch 32] [--micro 8] [--seq 256]
+    python bench/scaling.py [--rounds 2] [--steps 3] [--batch 32] [--micro 8] [--seq 256]
+
+The machine is noisy (single steps vary by ±10 % even when idle), so the layouts run interleaved: every round
+launches each layout once, and a layout's step time is the median over all its timed steps of all rounds.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +44,7 @@ LAYOUTS = [  # (name, ranks, extra overrides)
     ("dp=2", 2, []),
     ("dp=2 per-microbatch reshard", 2,
      [f"{w}.parallel.unsharded_grad_accumulation=false" for w in ("policy", "value")]),
+    ("dp=2 replicated (HSDP 2x1)", 2, [f"{w}.parallel.dp_replicate=2" for w in ("policy", "value")]),
 ]
 
 # Profiler regions of FSDP2 whose time is communication (or waiting for the peer inside it).
@@ -135,16 +141,21 @@ def _gather_dict(values: dict[str, float]) -> dict[str, list[float]]:
     return {k: gathered[:, i].tolist() for i, k in enumerate(keys)}
 
 
+def merge_rounds(results: list[dict]) -> dict:
+    """One layout's results of several rounds: step times pooled, everything else from the last round."""
+    return {**results[-1], "times": {name: [t for r in results for t in r["times"][name]] for name in results[0]["times"]}}
+
+
 def summarise(layout: str, world: int, result: dict, command: str) -> dict:
-    mean = {name: sum(t) / len(t) for name, t in result["times"].items()}
-    step_s = sum(mean.values())
+    median = {name: statistics.median(t) for name, t in result["times"].items()}
+    step_s = sum(median.values())
     flops = sum(result["flops"].values())
     peak = sum(result["peak_gflops_per_rank"])  # one thread per rank: the dp group's aggregate peak
     comm = {name: [sum(b[k][r] for k in COMM_REGIONS) for r in range(world)]
             for name, b in result["breakdown_per_rank"].items()}
     return {
         "layout": layout, "ranks": world, "threads_per_rank": 1,
-        "step_s": step_s, "critic_s": mean["critic"], "policy_s": mean["policy"],
+        "step_s": step_s, "critic_s": median["critic"], "policy_s": median["policy"],
         "tokens_per_s": 2 * result["real_tokens"] / step_s,
         "gflops": flops / step_s / 1e9,
         "peak_gflops": peak,
@@ -163,21 +174,24 @@ def summarise(layout: str, world: int, result: dict, command: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="launches of every layout, interleaved")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per launch")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--no-packing", dest="packing", action="store_false")
     args = parser.parse_args()
-    command = (f"python bench/scaling.py --steps {args.steps} --batch {args.batch} --micro {args.micro} "
+    command = (f"python bench/scaling.py --rounds {args.rounds} --steps {args.steps} --batch {args.batch} --micro {args.micro} "
                f"--seq {args.seq}" + ("" if args.packing else " --no-packing"))
     load_before = os.getloadavg()
-    rows = []
-    for layout, world, extra in LAYOUTS:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "result.json")
-            run_ranks(measure, world, args, extra, out)
-            rows.append(summarise(layout, world, json.loads(Path(out).read_text()), command))
+    results: dict[str, list[dict]] = {layout: [] for layout, _, _ in LAYOUTS}
+    for _ in range(args.rounds):
+        for layout, world, extra in LAYOUTS:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "result.json")
+                run_ranks(measure, world, args, extra, out)
+                results[layout].append(json.loads(Path(out).read_text()))
+    rows = [summarise(layout, world, merge_rounds(results[layout]), command) for layout, world, _ in LAYOUTS]
     for r in rows:
         r["speedup_vs_dp1"] = rows[0]["step_s"] / r["step_s"]
     speedup = rows[1]["speedup_vs_dp1"]

@@ -75,6 +75,7 @@ class ParallelConfig:
     tp: int = 1
     sequence_parallel: bool = False
     unsharded_grad_accumulation: bool = True
+    dp_replicate: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -543,6 +544,11 @@ def _check_layout(cfg: Config, section: str, parallel: ParallelConfig) -> None:
              f"cluster.workers_per_node, split by cluster.policy_ranks)")
     _require(not parallel.sequence_parallel or parallel.tp > 1, f"{section}.parallel.sequence_parallel",
              f"needs {key} > 1")
+    rkey = f"{section}.parallel.dp_replicate"
+    _require(parallel.dp_replicate >= 1, rkey, f"must be >= 1, got {parallel.dp_replicate}")
+    _require((pool // parallel.tp) % parallel.dp_replicate == 0, rkey,
+             f"{parallel.dp_replicate} must divide the {section} pool's {pool // parallel.tp} data-parallel ranks "
+             f"(its ranks / {key})")
 
 
 def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int, dp: int) -> None:

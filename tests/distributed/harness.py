@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.tensor import DTensor
 
 from dtppo import config as config_lib
 from dtppo.distributed.comm import rank
@@ -67,9 +68,15 @@ def worker_round(overrides: list[str], out_path: str) -> None:
         "values": values, "logprobs": logprobs, "value_metrics": value_metrics, "policy_metrics": policy_metrics,
         "policy_weights": _full(policy.model), "value_weights": _full(value.model),
         "rollout_weights": {k: v.clone() for k, v in policy.rollout_model.state_dict().items()},
+        "policy_local_numel": sum(_local(p).numel() for p in policy.model.parameters()),
     }
     if rank() == 0:
         torch.save(result, out_path)
+
+
+def _local(param: torch.Tensor) -> torch.Tensor:
+    """What this rank stores of a parameter: its shard when sharded."""
+    return param.to_local() if isinstance(param, DTensor) else param
 
 
 def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -49,6 +49,14 @@ def test_fsdp_dp2_per_microbatch_resharding_and_padded_rows_match_single_process
     _assert_same(reference, run(worker_round, 2, MICRO + legacy))
 
 
+def test_hsdp_two_replicas_match_single_process_and_hold_the_whole_model(reference):
+    sharded = run(worker_round, 2, MICRO)
+    replicated = run(worker_round, 2, MICRO + [f"{w}.parallel.dp_replicate=2" for w in ("policy", "value")])
+    _assert_same(reference, replicated)
+    assert replicated["policy_local_numel"] == reference["policy_local_numel"]  # each rank: a whole replica
+    assert sharded["policy_local_numel"] < 0.6 * reference["policy_local_numel"]  # FSDP: about half each
+
+
 def test_critic_tp2_matches_single_process(reference):
     _assert_same(reference, run(worker_round, 2, MICRO + ["value.parallel.tp=2"]), check_policy=False)
 

@@ -105,3 +105,17 @@ def test_killed_actor_stops_the_driver_and_the_last_checkpoint_loads(sft_dir, tm
     latest = max(int(p.name.split("_")[1]) for p in ckpt.iterdir() if p.name.startswith("step_"))
     resumed = run_cli(_args(sft_dir, "killed", latest + 1), tmp_path)
     assert "resumed from" in resumed.stdout and f"killed/ckpt/step_{latest}" in resumed.stdout
+
+
+def test_a_deliberate_stop_keeps_its_exit_code_under_ray(sft_dir, tmp_path, ray_tmp):
+    # NaN losses from the first policy step on: every rank stops after the streak limit (3) with exit 3, and the
+    # driver must exit 3 too, as a local run does, not with Ray's generic failure.
+    args = _args(sft_dir, "nan", 4, "cluster.workers_per_node=2", "cluster.backend=ray",
+                 f"cluster.ray_temp_dir={ray_tmp}")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DTPPO_TEST_NONFINITE="policy:0,1,2,3,4,5,6,7", **RAY_ENV)
+    proc = subprocess.run([sys.executable, "-m", "dtppo", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out[-3000:]
+    assert "consecutive optimizer steps had a non-finite loss or gradient" in out
+    assert "Traceback" not in out

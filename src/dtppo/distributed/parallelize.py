@@ -24,7 +24,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from dtppo.distributed.parallel_dims import MeshAxis, ParallelDims
+from dtppo.distributed.parallel_dims import MeshAxis, ParallelDims, fsdp_mesh
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -83,7 +83,8 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> 
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims) -> nn.Module:
-    """In place: TP (+SP) over the ``tp`` axis, then FSDP2 over ``dp_shard`` (each block, then the root).
+    """In place: TP (+SP) over the ``tp`` axis, then FSDP2 over ``dp_shard`` (each block, then the root),
+    replicated over ``dp_replicate`` (HSDP: reduce-scatter within a replica, all-reduce across replicas).
 
     CPU runs keep fp32 everywhere; on GPU parameters compute in bf16 with fp32 gradient reduction.
     Gradients are summed, not averaged, across ranks: losses are already divided by the global token count.
@@ -92,7 +93,7 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims) -> nn.Mo
         apply_tp(model, mesh[MeshAxis.TP], dims.sequence_parallel)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if torch.cuda.is_available() \
         else MixedPrecisionPolicy()
-    dp_mesh = mesh[MeshAxis.DP_SHARD]
+    dp_mesh = fsdp_mesh(mesh)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=dp_mesh, mp_policy=mp)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp)

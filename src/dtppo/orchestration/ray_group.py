@@ -16,6 +16,15 @@ from pathlib import Path
 from dtppo.config import ClusterConfig
 
 
+class RankStopped(RuntimeError):
+    """A rank ended the run on purpose (non-finite streak, checkpoint fault) and printed why; ``exit_code`` is
+    the code the driver exits with, as a local run's would."""
+
+    def __init__(self, rank: int, exit_code: int):
+        super().__init__(f"rank {rank} stopped the run (exit {exit_code})")
+        self.exit_code = exit_code
+
+
 class RankRunner:
     """One rank: reports where it runs, then joins the process group and runs the SPMD function."""
 
@@ -29,14 +38,20 @@ class RankRunner:
         return ray.util.get_node_ip_address(), port, ray.get_runtime_context().get_node_id()
 
     def run(self, fn: Callable[..., None], args: tuple, rank: int, world_size: int, master: tuple[str, int],
-            local_world_size: int) -> None:
+            local_world_size: int) -> int:
+        """The rank's exit code: 0, or the code of a deliberate stop (the actor itself stays up for the driver
+        to kill, so a SystemExit must come back as a value, not end the actor)."""
         from dtppo.distributed.launch import _run_in_group
 
         os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local_world_size))
         if master[0].startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        _run_in_group(fn, args)
+        try:
+            _run_in_group(fn, args)
+        except SystemExit as stop:
+            return stop.code if isinstance(stop.code, int) else 1
+        return 0
 
 
 class RayWorkerGroup:
@@ -87,12 +102,15 @@ class RayWorkerGroup:
             for ref in done:
                 rank = pending.pop(ref)
                 try:
-                    ray.get(ref)
+                    code = ray.get(ref)
                 except Exception as err:  # an actor died or raised: stop the whole run now, naming it
                     self.shutdown()
                     raise RuntimeError(f"rank {rank} (Ray actor on {self.addresses[rank][0]}) failed: "
                                        f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                                        ) from None
+                if code != 0:
+                    self.shutdown()
+                    raise RankStopped(rank, code)
 
     def placement(self) -> list[str]:
         """``ip/node-id`` of every rank, in rank order."""

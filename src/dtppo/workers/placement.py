@@ -15,7 +15,8 @@ from dtppo.types import Experience, block_rows
 
 
 class Placement:
-    """A worker's pool of ranks: ``dp`` row shards × ``tp`` model shards.
+    """A worker's pool of ranks: ``dp`` row shards × ``tp`` model shards; the dp ranks hold ``dp_replicate``
+    whole-model replicas, each FSDP-sharded over the rest.
 
     The pool is every launched rank when policy and critic are colocated, or a contiguous block of ranks
     when they live in separate pools (``cluster.policy_ranks``). Building a Placement is collective over all
@@ -25,12 +26,12 @@ class Placement:
     def __init__(self, parallel: ParallelConfig, ranks: range | None = None):
         ranks = range(world_size()) if ranks is None else ranks
         self.ranks = ranks
-        self.dims = ParallelDims(len(ranks), parallel.tp, parallel.sequence_parallel)
+        self.dims = ParallelDims(len(ranks), parallel.tp, parallel.sequence_parallel, parallel.dp_replicate)
         # Any multi-process run shards, even a one-rank pool: its collectives must stay inside the pool.
-        self.mesh = self.dims.build_mesh(ranks) if is_distributed() else None
+        self.mesh, dp_mesh = self.dims.build_mesh(ranks) if is_distributed() else (None, None)
         self.member = rank() in ranks
-        self.dp_rank, self.dp_size = dp_coordinate(self.mesh) if self.member else (0, 1)
-        self.dp_group = dp_group(self.mesh) if self.member else None
+        self.dp_rank, self.dp_size = dp_coordinate(dp_mesh) if self.member else (0, 1)
+        self.dp_group = dp_group(dp_mesh) if self.member else None
 
     @property
     def sharded(self) -> bool:
