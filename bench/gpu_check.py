@@ -1,6 +1,8 @@
 """The GPU check behind bench/gpu.sh: (1) the tiny recipe's numerics on the device against CPU fp32, (2) one
 PPO step of a Qwen2.5-0.5B-shaped random model: seconds per phase, tokens/s, and the fraction of the matmul
-peak measured in the same run. Writes one JSON file (default bench/results/gpu.json).
+peak measured in the same run, (3) the tiny recipe through the real CLI and workers for 2 PPO steps (on the
+GPU in CUDA mode: the workers put their models on the rank's device). Writes one JSON file (default
+bench/results/gpu.json).
 
 On CUDA: numerics in fp32 (TF32 off) and in bf16 (bf16 parameters for inference, bf16 autocast over fp32
 master weights for the update, every reduction in fp32), then the 0.5B-shaped step in bf16. Without CUDA (or
@@ -16,7 +18,9 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -319,6 +323,33 @@ def timing(device: torch.device, args) -> dict:
     }
 
 
+TRAINER_STEPS = 2
+
+
+def trainer_run(cuda: bool) -> dict:
+    """``dtppo ppo`` on the tiny recipe (random init, small batches) for TRAINER_STEPS steps in a subprocess, with
+    CUDA visible only in CUDA mode: exit code, wall seconds, and the last step's headline metrics."""
+    overrides = ["ppo.init_from_sft=false", f"ppo.max_num_steps={TRAINER_STEPS}", "ppo.num_prompts_per_step=16",
+                 "ppo.max_val_samples=32", "ppo.val_batch_size=32", "policy.train_global_batch_size=8",
+                 "policy.train_micro_batch_size=4", "value.train_global_batch_size=8",
+                 "value.train_micro_batch_size=4", "reward.num_workers=0", "logger.progress=false"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [f"logger.log_dir={tmp}/log", f"checkpointing.checkpoint_dir={tmp}/ckpt"]
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "dtppo", "ppo", str(ROOT / "recipes" / "tiny-math-cpu.yaml"),
+                               *overrides, *paths], env=env, capture_output=True, text=True, timeout=900)
+        seconds = time.perf_counter() - start
+        log = Path(tmp) / "log" / "metrics.jsonl"
+        records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    last = next((r for r in reversed(records) if "train/loss" in r), {})
+    keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
+    metrics = {k: last.get(k) for k in keys}
+    return {"exit_code": proc.returncode, "seconds": seconds, "steps_logged": sum("train/loss" in r for r in records),
+            "last_step_metrics": metrics, "stderr_tail": proc.stderr[-2000:] if proc.returncode else "",
+            "passed": proc.returncode == 0 and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", action="store_true", help="the CPU fallback even where CUDA is available")
@@ -348,11 +379,12 @@ def main() -> int:
         "command": os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py " + " ".join(sys.argv[1:])),
         "numerics": checks, "numerics_passed": all(c["passed"] for c in checks),
         "step": timing(device, args),
+        "trainer": trainer_run(cuda),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     _print(result)
-    return 0 if result["numerics_passed"] else 1
+    return 0 if result["numerics_passed"] and result["trainer"]["passed"] else 1
 
 
 def _print(result: dict) -> None:
@@ -370,6 +402,11 @@ def _print(result: dict) -> None:
           f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
           f"({s['peak_tflops']:.3g} TFLOP/s)")
     print("phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in s["phases_s_median"].items()))
+    t = result["trainer"]
+    print(f"dtppo ppo, tiny recipe, {TRAINER_STEPS} steps through the workers: exit {t['exit_code']}, "
+          f"{t['seconds']:.1f} s, last step {t['last_step_metrics']}  {'ok' if t['passed'] else 'FAILED'}")
+    if t["stderr_tail"]:
+        print(t["stderr_tail"])
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ def _run_in_group(fn: Callable[..., None], args: tuple) -> None:
     world_size, local_rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl")
+        # nccl for the models' CUDA tensors, gloo for what stays on the CPU (the step's batch, metrics, objects).
+        dist.init_process_group("cpu:gloo,cuda:nccl")
     else:
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))

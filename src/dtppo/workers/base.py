@@ -20,7 +20,7 @@ class Worker:
     def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
         p = self.placement
         name = "policy" if isinstance(section, PolicyConfig) else "value"
-        return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm,
+        return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm, p.device,
                            p.dp_rank, p.dp_size, p.dp_group, name=name,
                            max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
                            unsharded_accumulation=section.parallel.unsharded_grad_accumulation)

@@ -48,9 +48,9 @@ class TrainEngine:
     """
 
     def __init__(self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float,
-                 dp_rank: int = 0, dp_size: int = 1, dp_group=None, name: str = "model",
+                 device: torch.device = torch.device("cpu"), dp_rank: int = 0, dp_size: int = 1, dp_group=None, name: str = "model",
                  max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False):
-        self.model = model
+        self.model, self.device = model, device
         # FSDP: gather once per optimizer step, reduce-scatter once (see microbatch_accumulation).
         self.unsharded_accumulation = unsharded_accumulation
         self.max_grad_norm = max_grad_norm
@@ -105,7 +105,8 @@ class TrainEngine:
             num_tokens = minibatch.response_mask.sum().clamp(min=1)
             # Rows spread by token count, not in blocks: a step lasts as long as its slowest rank.
             local = minibatch.take(balanced_rows(minibatch.attention_mask.sum(-1), self.dp_rank, self.dp_size))
-            loss_total = torch.zeros(())
+            local, num_tokens = local.to(self.device), num_tokens.to(self.device)
+            loss_total = torch.zeros((), device=self.device)
             with microbatch_accumulation(self.model, self.unsharded_accumulation) as before_microbatch:
                 for micro_start in range(0, local.batch_size, micro_batch):
                     micro = local.slice(micro_start, micro_start + micro_batch)
@@ -118,13 +119,14 @@ class TrainEngine:
                     stats.append(micro_stats)
             losses.append(all_reduce(loss_total, "sum", self.dp_group))
             norms.append(self.optimizer_step(losses[-1]))
-        all_tokens = experience.response_mask.sum()
-        return {
+        all_tokens = experience.response_mask.sum().to(self.device)
+        metrics = {
             "loss": torch.stack(losses).mean(),
             "grad_norm": torch.stack(norms).mean(),
             "lr": torch.tensor(self.scheduler.get_last_lr()[0]),
             **normalise(reduce_across_ranks(reduce_stats(stats), self.dp_group), all_tokens),
         }
+        return {name: value.cpu() for name, value in metrics.items()}
 
     def state_dict(self) -> dict:
         """Model and optimizer state in the torch.distributed.checkpoint layout (sharded where the model is)."""

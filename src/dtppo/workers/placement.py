@@ -32,13 +32,17 @@ class Placement:
         self.member = rank() in ranks
         self.dp_rank, self.dp_size = dp_coordinate(dp_mesh) if self.member else (0, 1)
         self.dp_group = dp_group(dp_mesh) if self.member else None
+        # Models and their microbatches live on this rank's device; the step's batch stays on the CPU.
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
 
     @property
     def sharded(self) -> bool:
         return self.mesh is not None
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """TP(+SP) then FSDP2 when there is more than one rank; the model itself otherwise."""
+        """On this rank's device; then TP(+SP) and FSDP2 when there is more than one rank."""
+        model = model.to(self.device)
         return parallelize(model, self.mesh, self.dims) if self.sharded else model
 
     def my_rows(self, num_rows: int) -> slice:
@@ -49,8 +53,8 @@ class Placement:
         """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of
         ``chunk_size``; the blocks are gathered back into ``[B, T]`` on every rank, 0 on padding (pads hold
         no token and no state, whatever the row layout)."""
-        local = experience.shard(self.dp_rank, self.dp_size)
-        chunks = [fn(local.input_ids[start : start + chunk_size], local.attention_mask[start : start + chunk_size])
+        local = experience.shard(self.dp_rank, self.dp_size).to(self.device)
+        chunks = [fn(local.input_ids[start : start + chunk_size], local.attention_mask[start : start + chunk_size]).cpu()
                   for start in range(0, local.batch_size, chunk_size)]
         out = pad_to(self.gather(torch.cat(chunks)), experience.input_ids.shape[1])
         return out * experience.attention_mask

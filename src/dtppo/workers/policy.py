@@ -38,6 +38,7 @@ class PolicyWorker(Worker):
         )
         # Generation runs on a whole (unsharded) replica, refreshed after each update, so ranks decode
         # independently with no collective per token and may stop at different lengths.
+        full = full.to(self.placement.device)
         self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False) if self.placement.sharded else full
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
@@ -62,7 +63,7 @@ class PolicyWorker(Worker):
         pad_id = self.tokenizer.pad_token_id
         part = generate(self.rollout_model, prompts[rows], params, self.tokenizer.eos_token_id, pad_id, key,
                         sample_ids[rows])
-        return self.placement.gather_experience(part, pad_id)
+        return self.placement.gather_experience(part.to("cpu"), pad_id)
 
     @torch.no_grad()
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
