@@ -2,10 +2,11 @@
 dp=2 (two gloo ranks, one thread each, FSDP2), same global batch; dp=2 with the default unsharded
 gradient accumulation (one all-gather + one reduce-scatter per optimizer step), with FSDP's per-microbatch
 resharding (``parallel.unsharded_grad_accumulation=false``), and replicated (``parallel.dp_replicate=2``:
-HSDP with one rank per shard group, so one gradient all-reduce per optimizer step and no all-gather). Prints a table and writes
-bench/results/scaling.json, with a measured breakdown of where dp=2 spends its time: FSDP all-gather and
-reduce-scatter (read from the profiler's FSDP::* regions of one extra profiled step; on CPU these collectives
-are synchronous, so their time includes waiting for the other rank) and each rank's share of the tokens.
+HSDP with one rank per shard group, so one gradient all-reduce per optimizer step and no all-gather).
+Prints a table and writes bench/results/scaling.json, with a measured breakdown of where dp=2 spends its
+time: FSDP all-gather and reduce-scatter (read from the profiler's FSDP::* regions of one extra profiled step;
+on CPU these collectives are synchronous, so their time includes waiting for the other rank) and each rank's
+share of the tokens.
 
     python bench/scaling.py [--rounds 2] [--steps 3] [--batch 32] [--micro 8] [--seq 256]
 
@@ -143,7 +144,8 @@ def _gather_dict(values: dict[str, float]) -> dict[str, list[float]]:
 
 def merge_rounds(results: list[dict]) -> dict:
     """One layout's results of several rounds: step times pooled, everything else from the last round."""
-    return {**results[-1], "times": {name: [t for r in results for t in r["times"][name]] for name in results[0]["times"]}}
+    names = results[0]["times"]
+    return {**results[-1], "times": {name: [t for r in results for t in r["times"][name]] for name in names}}
 
 
 def summarise(layout: str, world: int, result: dict, command: str) -> dict:
@@ -181,8 +183,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--no-packing", dest="packing", action="store_false")
     args = parser.parse_args()
-    command = (f"python bench/scaling.py --rounds {args.rounds} --steps {args.steps} --batch {args.batch} --micro {args.micro} "
-               f"--seq {args.seq}" + ("" if args.packing else " --no-packing"))
+    command = (f"python bench/scaling.py --rounds {args.rounds} --steps {args.steps} --batch {args.batch} "
+               f"--micro {args.micro} --seq {args.seq}" + ("" if args.packing else " --no-packing"))
     load_before = os.getloadavg()
     results: dict[str, list[dict]] = {layout: [] for layout, _, _ in LAYOUTS}
     for _ in range(args.rounds):

@@ -48,8 +48,8 @@ class TrainEngine:
     """
 
     def __init__(self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float,
-                 device: torch.device = torch.device("cpu"), dp_rank: int = 0, dp_size: int = 1, dp_group=None, name: str = "model",
-                 max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False):
+                 device: torch.device = torch.device("cpu"), dp_rank: int = 0, dp_size: int = 1, dp_group=None,
+                 name: str = "model", max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False):
         self.model, self.device = model, device
         # FSDP: gather once per optimizer step, reduce-scatter once (see microbatch_accumulation).
         self.unsharded_accumulation = unsharded_accumulation

@@ -54,8 +54,8 @@ class Placement:
         ``chunk_size``; the blocks are gathered back into ``[B, T]`` on every rank, 0 on padding (pads hold
         no token and no state, whatever the row layout)."""
         local = experience.shard(self.dp_rank, self.dp_size).to(self.device)
-        chunks = [fn(local.input_ids[start : start + chunk_size], local.attention_mask[start : start + chunk_size]).cpu()
-                  for start in range(0, local.batch_size, chunk_size)]
+        chunks = [fn(local.input_ids[i : i + chunk_size], local.attention_mask[i : i + chunk_size]).cpu()
+                  for i in range(0, local.batch_size, chunk_size)]
         out = pad_to(self.gather(torch.cat(chunks)), experience.input_ids.shape[1])
         return out * experience.attention_mask
 
