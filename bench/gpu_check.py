@@ -107,11 +107,6 @@ def with_targets(exp: Experience, policy, critic, seed: int = 1) -> Experience:
                        returns=returns)
 
 
-def _on(exp: Experience, device: torch.device) -> Experience:
-    fields = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in exp.__dict__.items()}
-    return Experience(**fields)
-
-
 def ppo_loss_sum(name: str, model, exp: Experience) -> torch.Tensor:
     """The clipped policy loss (``name == "policy"``) or value loss of ``exp``, summed over its tokens."""
     if name == "policy":
@@ -142,7 +137,7 @@ def losses_and_grads(policy, critic, exp: Experience, device: torch.device, prec
 def evaluate(policy, critic, exp: Experience, device: torch.device, precision: str) -> dict:
     """Log-probs and values (bf16 parameters when precision is bf16), then losses and gradient norms."""
     infer_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    exp = _on(exp, device)
+    exp = exp.to(device)
     with torch.no_grad():
         p = copy.deepcopy(policy).to(device, infer_dtype).eval()
         c = copy.deepcopy(critic).to(device, infer_dtype).eval()
