@@ -1,13 +1,15 @@
-"""The GPU check behind bench/gpu.sh: (1) the tiny recipe's numerics on the device against CPU fp32, (2) one
-PPO step of a Qwen2.5-0.5B-shaped random model: seconds per phase, tokens/s, and the fraction of the matmul
-peak measured in the same run, (3) the tiny recipe through the real CLI and workers for 2 PPO steps (on the
-GPU in CUDA mode: the workers put their models on the rank's device). Writes one JSON file (default
-bench/results/gpu.json).
+"""The GPU check behind bench/gpu.sh.
 
-On CUDA: numerics in fp32 (TF32 off) and in bf16 (bf16 parameters for inference, bf16 autocast over fp32
-master weights for the update, every reduction in fp32), then the 0.5B-shaped step in bf16. Without CUDA (or
-with --cpu): a smoke test of the same code in fp32 at tiny sizes that runs in a few seconds.
-The CUDA path has not been run yet (no GPU was available when it was written).
+1. Numerics: the tiny recipe's policy and critic on the device against CPU fp32 (log-probs, values, losses,
+   gradient norms). This comparison alone has its own small loss code (dtppo's loss functions on plain models).
+2. The real `PPOTrainer.step`: `dtppo ppo` in a subprocess on a Qwen2.5-0.5B-shaped random model (CUDA) for one
+   warm-up and N measured steps; per-phase seconds are the trainer's own `timing/*` metrics. On CUDA even one
+   process runs its models under FSDP2 (a one-rank group) with bf16 parameters and fp32 reduction, the same
+   policy as a multi-rank run.
+3. The tiny recipe for 2 steps with checkpoints, then resumed to 3 (DCP save/load on the device's group).
+
+Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds; its JSON goes
+to runs/ (never under the GPU result's name).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -51,9 +53,11 @@ CPU_SMOKE = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_he
 RECIPE_TINY = TinyModelConfig()  # the tiny recipe's policy and critic (recipes/base.yaml policy.model.tiny)
 # Tolerances against CPU fp32. fp32: summation order only. bf16 has an 8-bit mantissa (relative rounding
 # 2^-9 ≈ 2e-3 per op), compounded over layers; a log-prob of about -4.6 (99-way) then moves by a few 1e-2.
+# Losses are compared as |Δ| / max(|loss|, 1): at ratio 1 the policy loss is −mean(A) of whitened advantages,
+# zero up to float noise, so a purely relative difference would divide by that noise (seen on the first GPU run).
 TOLERANCES = {
-    "fp32": {"logprob_max": 1e-4, "logprob_mean": 1e-5, "value_max": 1e-4, "loss_rel": 1e-4, "grad_norm_rel": 1e-3},
-    "bf16": {"logprob_max": 1.5e-1, "logprob_mean": 2e-2, "value_max": 3e-2, "loss_rel": 5e-2, "grad_norm_rel": 1e-1},
+    "fp32": {"logprob_max": 1e-4, "logprob_mean": 1e-5, "value_max": 1e-4, "loss": 1e-4, "grad_norm_rel": 1e-3},
+    "bf16": {"logprob_max": 1.5e-1, "logprob_mean": 2e-2, "value_max": 3e-2, "loss": 5e-2, "grad_norm_rel": 1e-1},
 }
 CLIP, VALUE_CLIP, MAX_GRAD_NORM = 0.2, 0.5, 1.0
 
@@ -78,15 +82,6 @@ def build_models(shape: TinyModelConfig, tokenizer, seed: int = 0) -> tuple[nn.M
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-@contextmanager
-def timed(seconds: dict[str, float], name: str, device: torch.device):
-    sync(device)
-    start = time.perf_counter()
-    yield
-    sync(device)
-    seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def autocast(device: torch.device, precision: str):
@@ -158,11 +153,14 @@ def compare(ref: dict, got: dict, mask: torch.Tensor, precision: str, label: str
         "logprob_max_abs_diff": float(lp_diff.max()), "logprob_mean_abs_diff": float(lp_diff.mean()),
         "value_max_abs_diff": float((ref["values"] - got["values"]).abs()[valid].max()),
     }
-    for key in ("policy_loss", "critic_loss", "policy_grad_norm", "critic_grad_norm"):
+    for key in ("policy_loss", "critic_loss"):
+        row[key], row[f"{key}_reference"] = got[key], ref[key]
+        row[f"{key}_diff"] = abs(ref[key] - got[key]) / max(abs(ref[key]), 1.0)
+    for key in ("policy_grad_norm", "critic_grad_norm"):
         row[f"{key}_rel_diff"] = abs(ref[key] - got[key]) / max(abs(ref[key]), 1e-12)
     limits = {"logprob_max_abs_diff": tol["logprob_max"], "logprob_mean_abs_diff": tol["logprob_mean"],
-              "value_max_abs_diff": tol["value_max"], "policy_loss_rel_diff": tol["loss_rel"],
-              "critic_loss_rel_diff": tol["loss_rel"], "policy_grad_norm_rel_diff": tol["grad_norm_rel"],
+              "value_max_abs_diff": tol["value_max"], "policy_loss_diff": tol["loss"],
+              "critic_loss_diff": tol["loss"], "policy_grad_norm_rel_diff": tol["grad_norm_rel"],
               "critic_grad_norm_rel_diff": tol["grad_norm_rel"]}
     row["tolerances"] = limits
     row["passed"] = all(math.isfinite(row[k]) and row[k] <= limit for k, limit in limits.items())
@@ -189,89 +187,6 @@ def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
     return rows
 
 
-def _reward_fn():
-    """dtppo's verifier, or None where math-verify is not installed (the reward phase is then skipped)."""
-    try:
-        from dtppo.rewards.math import gsm8k_reward
-    except ImportError:
-        return None
-    return gsm8k_reward
-
-
-class PPOStep:
-    """One PPO step on one device, assembled from dtppo's parts in PPOTrainer.step()'s order (SPEC §3):
-    generate, reward, values, log-probs, GAE, critic update, policy update. Single process, no FSDP: the
-    update runs bf16 autocast over fp32 master weights, close to FSDP2's MixedPrecisionPolicy(param_dtype=bf16,
-    reduce_dtype=fp32) that dtppo.distributed.parallelize applies on CUDA. Every row generates exactly
-    ``new_tokens`` tokens (EOS disabled), so each step does the same work."""
-
-    def __init__(self, shape: TinyModelConfig, device: torch.device, precision: str, batch: int, new_tokens: int,
-                 micro: int, compile: bool):
-        self.tok = build_char_tokenizer()
-        policy, critic = build_models(shape, self.tok)
-        self.policy, self.critic = policy.to(device), critic.to(device)
-        gen_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        self.rollout = copy.deepcopy(policy).to(device, gen_dtype).eval().requires_grad_(False)
-        self.opt = {"policy": torch.optim.AdamW(self.policy.parameters(), lr=1e-6),
-                    "critic": torch.optim.AdamW(self.critic.parameters(), lr=1e-5)}
-        self.device, self.precision, self.batch, self.micro, self.compile = device, precision, batch, micro, compile
-        self.params = SamplingParams(new_tokens)
-        self.reward_fn = _reward_fn()
-
-    def run(self, index: int, prompts: list[list[int]], answers: list[str]) -> tuple[dict[str, float], Experience]:
-        seconds: dict[str, float] = {}
-        dev = self.device
-        with timed(seconds, "generation", dev):
-            self.rollout.load_state_dict(self.policy.state_dict())  # casts the trained weights to the rollout dtype
-            exp = generate(self.rollout, prompts, self.params, -1, self.tok.pad_token_id, stream_key(0, index),
-                           torch.arange(len(prompts)), compile=self.compile)
-        with timed(seconds, "reward", dev):
-            rewards = torch.zeros(exp.batch_size)
-            if self.reward_fn is not None:
-                ids = exp.input_ids.masked_fill(exp.response_mask == 0, self.tok.pad_token_id).cpu()
-                texts = self.tok.batch_decode(ids, skip_special_tokens=True)
-                rewards = torch.tensor([self.reward_fn(t, a) for t, a in zip(texts, answers)])
-        with timed(seconds, "value_inference", dev), torch.no_grad(), autocast(dev, self.precision):
-            old_values = self.critic.values(exp.input_ids, exp.attention_mask).float()
-        with timed(seconds, "policy_logprobs", dev), torch.no_grad(), autocast(dev, self.precision):
-            logits = self.policy(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
-            old_logprobs = logprobs_from_logits(logits, exp.input_ids)
-        with timed(seconds, "advantages", dev):
-            token_rewards = token_level_rewards(rewards.to(dev), exp.response_mask)
-            advantages, returns = compute_advantages(token_rewards, old_values, exp.response_mask, 1.0, 1.0, 1.0, True)
-        exp = exp.replace(rewards=rewards, old_values=old_values, old_logprobs=old_logprobs, advantages=advantages,
-                          returns=returns)
-        with timed(seconds, "critic_update", dev):
-            self._update("critic", exp)
-        with timed(seconds, "policy_update", dev):
-            self._update("policy", exp)
-        return seconds, exp
-
-    def _update(self, name: str, exp: Experience) -> None:
-        """One minibatch = one AdamW step; loss sums divided by the minibatch's valid tokens (SPEC §3)."""
-        model = self.policy if name == "policy" else self.critic
-        model.train()
-        tokens = exp.response_mask.sum().clamp(min=1)
-        for start in range(0, exp.batch_size, self.micro):
-            micro = exp.slice(start, start + self.micro)
-            with autocast(self.device, self.precision):
-                loss = ppo_loss_sum(name, model, micro)
-            (loss.float() / tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-        self.opt[name].step()
-        self.opt[name].zero_grad(set_to_none=True)
-        model.eval()
-
-
-def step_flops(exp: Experience, shape: TinyModelConfig, vocab: int) -> float:
-    """Useful model FLOPs of one step (bench/workload.py's formula, pad tokens not counted): generation ≈ one
-    policy forward, value and log-prob forwards, then forward + backward of critic and policy."""
-    lengths = exp.attention_mask.sum(-1).cpu()
-    policy = train_flops(vars(shape), vocab, lengths) / 3  # one forward
-    critic = train_flops(vars(shape), 1, lengths) / 3
-    return 2 * policy + critic + 3 * (policy + critic)
-
-
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int) -> float:
     """Dense matmul FLOP/s measured here and now: the ceiling the step's fraction is taken against."""
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
@@ -285,75 +200,112 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int) ->
     return 2 * n**3 * iters / (time.perf_counter() - start)
 
 
-def timing(device: torch.device, args) -> dict:
-    shape = QWEN25_05B if device.type == "cuda" else CPU_SMOKE
-    precision = "bf16" if device.type == "cuda" else "fp32"
-    runner = PPOStep(shape, device, precision, args.batch, args.new_tokens, args.micro, args.compile)
-    prompts, answers = prompts_and_answers(runner.tok, args.batch * (args.steps + 1))
-    step_s, phases, flops, tokens = [], [], [], []
-    for i in range(args.steps + 1):  # step 0 warms up (allocator, kernels, and compiles with --compile)
-        rows = slice(i * args.batch, (i + 1) * args.batch)
-        start = time.perf_counter()
-        seconds, exp = runner.run(i, prompts[rows], answers[rows])
-        if i > 0:
-            step_s.append(time.perf_counter() - start)
-            phases.append(seconds)
-            flops.append(step_flops(exp, shape, len(runner.tok)))
-            tokens.append(float(exp.attention_mask.sum()))
-    peak_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    peak = matmul_peak(device, peak_dtype, 8192 if device.type == "cuda" else 1024, 20 if device.type == "cuda" else 5)
-    median = statistics.median(step_s)
-    achieved = statistics.median(f / s for f, s in zip(flops, step_s))
-    return {
-        "model_shape": vars(shape) | {"vocab_size": len(runner.tok)}, "precision": precision,
-        "batch": args.batch, "new_tokens": args.new_tokens, "mean_prompt_tokens": statistics.mean(map(len, prompts)),
-        "steps_measured": args.steps, "step_s_median": median, "step_s_all": step_s,
-        "phases_s_median": {k: statistics.median(p[k] for p in phases) for k in phases[0]},
-        "tokens_per_step": statistics.median(tokens), "tokens_per_s": statistics.median(tokens) / median,
-        "generated_tokens_per_s": args.batch * args.new_tokens / statistics.median(p["generation"] for p in phases),
-        "model_flops_per_step": statistics.median(flops), "achieved_tflops": achieved / 1e12,
-        "peak_matmul_dtype": str(peak_dtype).removeprefix("torch."), "peak_tflops": peak / 1e12,
-        "peak_fraction": achieved / peak, "reward": "math-verify" if runner.reward_fn else "skipped: no math-verify",
-        "compile": args.compile,
+def shape_overrides(shape: TinyModelConfig) -> list[str]:
+    """The same random-init shape for policy and critic, as `dtppo ppo` overrides."""
+    return [f"{role}.model.tiny.{key}={value}" for role in ("policy", "value") for key, value in vars(shape).items()]
+
+
+def run_dtppo(overrides: list[str], cuda: bool, timeout: float) -> tuple[subprocess.CompletedProcess, list[dict], float]:
+    """`python -m dtppo ppo` on the tiny recipe with ``overrides`` in a subprocess (CUDA hidden unless ``cuda``):
+    the process, its metrics.jsonl records and its wall seconds."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "dtppo", "ppo", str(ROOT / "recipes" / "tiny-math-cpu.yaml"),
+                           *overrides], env=env, capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - start
+    log = next((Path(o.split("=", 1)[1]) / "metrics.jsonl" for o in overrides if o.startswith("logger.log_dir=")))
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    return proc, records, seconds
+
+
+def step_flops(batch: int, mean_tokens: float, shape: TinyModelConfig, vocab: int) -> float:
+    """Model FLOPs of one PPO step, estimated from the mean sequence length (bench/workload.py's formula):
+    generation ≈ one policy forward, value and log-prob forwards, then forward + backward of critic and policy."""
+    lengths = torch.full((batch,), mean_tokens)
+    policy = train_flops(vars(shape), vocab, lengths) / 3  # one forward
+    critic = train_flops(vars(shape), 1, lengths) / 3
+    return 2 * policy + critic + 3 * (policy + critic)
+
+
+def trainer_steps(cuda: bool, args) -> dict:
+    """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
+    (CUDA) or a 64-hidden one (CPU fallback): one warm-up step, then ``args.steps`` measured ones. Per-phase
+    seconds are the trainer's own `timing/*` metrics (medians over the measured steps)."""
+    shape = QWEN25_05B if cuda else CPU_SMOKE
+    steps = args.steps + 1
+    batch_keys = [f"{role}.{key}={n}" for role in ("policy", "value")
+                  for key, n in (("train_global_batch_size", args.batch), ("train_micro_batch_size", args.micro))]
+    overrides = ["ppo.init_from_sft=false", f"ppo.max_num_steps={steps}", f"ppo.num_prompts_per_step={args.batch}",
+                 f"policy.generation.max_new_tokens={args.new_tokens}", "ppo.val_at_start=false",
+                 f"ppo.val_period={steps}", "ppo.max_val_samples=8", "ppo.val_batch_size=8", *batch_keys,
+                 f"policy.logprob_batch_size={args.batch}", f"value.inference_batch_size={args.batch}",
+                 "checkpointing.enabled=false", "reward.num_workers=0", "logger.tensorboard=false",
+                 "logger.progress=false", *shape_overrides(shape), *args.override]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, records, seconds = run_dtppo([*overrides, f"logger.log_dir={tmp}/log"], cuda, timeout=1800)
+    measured = [r for r in records if "timing/step" in r][1:]
+    result = {"model_shape": vars(shape), "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
+              "batch": args.batch, "max_new_tokens": args.new_tokens, "micro_batch": args.micro,
+              "overrides": overrides, "exit_code": proc.returncode, "wall_s": seconds, "steps_measured": len(measured),
+              "stderr_tail": proc.stderr[-3000:] if proc.returncode else ""}
+    if proc.returncode or not measured:
+        return result | {"passed": False}
+    phases = [k for k in measured[0] if k.startswith("timing/") and all(k in r for r in measured)]
+    median = {k: statistics.median(r[k] for r in measured) for k in phases}
+    tokens = statistics.median(r["perf/tokens_per_sec"] * r["timing/step"] for r in measured)
+    generated = statistics.median(r["train/mean_gen_tokens_per_sample"] for r in measured) * args.batch
+    vocab = len(build_char_tokenizer())
+    flops = step_flops(args.batch, tokens / args.batch, shape, vocab)
+    peak = matmul_peak(torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32,
+                       8192 if cuda else 1024, 20 if cuda else 5)
+    last = measured[-1]
+    return result | {
+        "timing_s_median": median, "step_s_all": [r["timing/step"] for r in measured],
+        "tokens_per_step": tokens, "tokens_per_s": tokens / median["timing/step"],
+        "generated_tokens_per_step": generated, "generated_tokens_per_s": generated / median["timing/generation"],
+        "model_flops_per_step_estimate": flops, "achieved_tflops": flops / median["timing/step"] / 1e12,
+        "peak_matmul_dtype": "bfloat16" if cuda else "float32", "peak_tflops": peak / 1e12,
+        "peak_fraction": flops / median["timing/step"] / peak,
+        "last_step": {k: last.get(k) for k in ("train/reward", "train/loss", "train/critic/loss",
+                                                "train/token_mult_prob_error", "train/critic/explained_var")},
+        "passed": all(isinstance(last.get(k), float) and math.isfinite(last[k])
+                      for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")),
     }
 
 
-TRAINER_STEPS = 2
-
-
-def trainer_run(cuda: bool) -> dict:
-    """``dtppo ppo`` on the tiny recipe (random init, small batches) for TRAINER_STEPS steps in a subprocess, with
-    CUDA visible only in CUDA mode: exit code, wall seconds, and the last step's headline metrics."""
-    overrides = ["ppo.init_from_sft=false", f"ppo.max_num_steps={TRAINER_STEPS}", "ppo.num_prompts_per_step=16",
-                 "ppo.max_val_samples=32", "ppo.val_batch_size=32", "policy.train_global_batch_size=8",
-                 "policy.train_micro_batch_size=4", "value.train_global_batch_size=8",
-                 "value.train_micro_batch_size=4", "reward.num_workers=0", "logger.progress=false"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}))
+def checkpoint_resume(cuda: bool) -> dict:
+    """The tiny recipe for 2 PPO steps with a checkpoint at each, then the same command to 3 steps: it must
+    resume from step 2 (DCP save and load on the device's process group) and log only step 3."""
+    fast = ["ppo.init_from_sft=false", "ppo.num_prompts_per_step=16", "ppo.max_val_samples=32",
+            "ppo.val_batch_size=32", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=4",
+            "value.train_global_batch_size=8", "value.train_micro_batch_size=4", "reward.num_workers=0",
+            "logger.progress=false", "logger.tensorboard=false", "checkpointing.save_period=1"]
     with tempfile.TemporaryDirectory() as tmp:
         paths = [f"logger.log_dir={tmp}/log", f"checkpointing.checkpoint_dir={tmp}/ckpt"]
-        start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "dtppo", "ppo", str(ROOT / "recipes" / "tiny-math-cpu.yaml"),
-                               *overrides, *paths], env=env, capture_output=True, text=True, timeout=900)
-        seconds = time.perf_counter() - start
-        log = Path(tmp) / "log" / "metrics.jsonl"
-        records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        first, records, first_s = run_dtppo([*fast, *paths, "ppo.max_num_steps=2"], cuda, timeout=900)
+        second, records, second_s = run_dtppo([*fast, *paths, "ppo.max_num_steps=3"], cuda, timeout=900)
+    steps = [r["step"] for r in records if "train/loss" in r]
     last = next((r for r in reversed(records) if "train/loss" in r), {})
     keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
     metrics = {k: last.get(k) for k in keys}
-    return {"exit_code": proc.returncode, "seconds": seconds, "steps_logged": sum("train/loss" in r for r in records),
-            "last_step_metrics": metrics, "stderr_tail": proc.stderr[-2000:] if proc.returncode else "",
-            "passed": proc.returncode == 0 and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())}
+    resumed = "resumed from" in second.stdout
+    return {"exit_codes": [first.returncode, second.returncode], "seconds": [first_s, second_s],
+            "steps_logged": steps, "resumed": resumed, "last_step_metrics": metrics,
+            "stderr_tail": (first.stderr + second.stderr)[-3000:] if first.returncode or second.returncode else "",
+            "passed": first.returncode == 0 and second.returncode == 0 and resumed and steps == [1, 2, 3]
+            and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", action="store_true", help="the CPU fallback even where CUDA is available")
     parser.add_argument("--batch", type=int, default=None, help="prompts per step (CUDA 128, CPU 8)")
-    parser.add_argument("--new-tokens", type=int, default=None, help="tokens per response (CUDA 128, CPU 8)")
+    parser.add_argument("--new-tokens", type=int, default=None, help="max new tokens per response (CUDA 128, CPU 8)")
     parser.add_argument("--micro", type=int, default=None, help="rows per forward/backward (CUDA 32, CPU the batch)")
     parser.add_argument("--steps", type=int, default=None, help="measured steps after one warm-up (CUDA 3, CPU 1)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the sampler's decode step")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu.json"))
+    parser.add_argument("--override", action="append", default=[], help="extra `dtppo ppo` key=value for the step")
+    parser.add_argument("--out", default=None,
+                        help="JSON path (CUDA: bench/results/gpu.json; CPU fallback: runs/gpu-check-cpu.json)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda") if cuda else torch.device("cpu")
@@ -361,6 +313,8 @@ def main() -> int:
     args.new_tokens = args.new_tokens or (128 if cuda else 8)
     args.steps = args.steps or (3 if cuda else 1)
     args.micro = args.micro or (32 if cuda else args.batch)
+    # A CPU fallback run is a smoke test of the plumbing: it never lands under the GPU result's name.
+    out = Path(args.out or (ROOT / "bench" / "results" / "gpu.json" if cuda else ROOT / "runs" / "gpu-check-cpu.json"))
     if not cuda:
         # Tiny matmuls gain nothing from a second thread, and on a loaded machine OpenMP's barrier waits on a
         # descheduled thread make them tens of times slower: the smoke test stays on one thread.
@@ -373,36 +327,41 @@ def main() -> int:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "command": os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py " + " ".join(sys.argv[1:])),
         "numerics": checks, "numerics_passed": all(c["passed"] for c in checks),
-        "step": timing(device, args),
-        "trainer": trainer_run(cuda),
+        "step": trainer_steps(cuda, args),
+        "checkpoint_resume": checkpoint_resume(cuda),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
     _print(result)
-    return 0 if result["numerics_passed"] and result["trainer"]["passed"] else 1
+    print(f"wrote {out}")
+    return 0 if all((result["numerics_passed"], result["step"]["passed"], result["checkpoint_resume"]["passed"])) else 1
 
 
 def _print(result: dict) -> None:
     print(f"mode {result['mode']} on {result['device']}")
-    print(f"{'numerics check':<64}{'lp max':>9}{'lp mean':>9}{'v max':>9}{'loss rel':>10}{'gn rel':>9}  ok")
+    print(f"{'numerics check':<64}{'lp max':>9}{'lp mean':>9}{'v max':>9}{'loss':>10}{'gn rel':>9}  ok")
     for c in result["numerics"]:
-        loss = max(c["policy_loss_rel_diff"], c["critic_loss_rel_diff"])
+        loss = max(c["policy_loss_diff"], c["critic_loss_diff"])
         grad = max(c["policy_grad_norm_rel_diff"], c["critic_grad_norm_rel_diff"])
         print(f"{c['check']:<64}{c['logprob_max_abs_diff']:>9.1e}{c['logprob_mean_abs_diff']:>9.1e}"
               f"{c['value_max_abs_diff']:>9.1e}{loss:>10.1e}{grad:>9.1e}  {'yes' if c['passed'] else 'NO'}")
     s = result["step"]
-    print(f"PPO step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, {s['precision']}, "
-          f"batch {s['batch']} x {s['new_tokens']} new): {s['step_s_median']:.3f} s, {s['tokens_per_s']:.0f} tok/s, "
-          f"generation {s['generated_tokens_per_s']:.0f} tok/s, {s['achieved_tflops']:.3g} TFLOP/s = "
-          f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
-          f"({s['peak_tflops']:.3g} TFLOP/s)")
-    print("phases (s): " + ", ".join(f"{k} {v:.3f}" for k, v in s["phases_s_median"].items()))
-    t = result["trainer"]
-    print(f"dtppo ppo, tiny recipe, {TRAINER_STEPS} steps through the workers: exit {t['exit_code']}, "
-          f"{t['seconds']:.1f} s, last step {t['last_step_metrics']}  {'ok' if t['passed'] else 'FAILED'}")
-    if t["stderr_tail"]:
-        print(t["stderr_tail"])
-
+    head = (f"dtppo ppo, PPOTrainer.step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, "
+            f"{s['precision']}, {s['batch']} prompts x <={s['max_new_tokens']} new tokens)")
+    if not s["passed"]:
+        print(f"{head}: FAILED (exit {s['exit_code']})\n{s['stderr_tail']}")
+    else:
+        t = s["timing_s_median"]
+        print(f"{head}: {t['timing/step']:.3f} s/step, {s['tokens_per_s']:.0f} tok/s, generation "
+              f"{s['generated_tokens_per_s']:.0f} tok/s, ~{s['achieved_tflops']:.3g} TFLOP/s = "
+              f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
+              f"({s['peak_tflops']:.3g} TFLOP/s)")
+        print("timing/* medians (s): " + ", ".join(f"{k.removeprefix('timing/')} {v:.3f}" for k, v in t.items()))
+    c = result["checkpoint_resume"]
+    print(f"tiny recipe 2 steps + resume to 3: exit {c['exit_codes']}, steps {c['steps_logged']}, resumed "
+          f"{c['resumed']}, {sum(c['seconds']):.1f} s  {'ok' if c['passed'] else 'FAILED'}")
+    if c["stderr_tail"]:
+        print(c["stderr_tail"])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,8 @@
 
 The same entry point runs everywhere: under torchrun (RANK/WORLD_SIZE set) each process joins the group
 torchrun describes; otherwise ``cluster.workers_per_node`` > 1 spawns that many local ranks on 127.0.0.1.
-CPU ranks use gloo and share the cores evenly; GPU ranks use nccl, one device each.
+CPU ranks use gloo and share the cores evenly; GPU ranks use nccl, one device each. A single CPU process runs
+without a process group; a single GPU process joins a one-rank group (see ``run_ranks``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ def under_torchrun() -> bool:
 
 
 def run_ranks(fn: Callable[..., None], world_size: int, *args) -> None:
-    """Call ``fn(*args)`` once per rank with the process group initialised (none for a single process)."""
+    """Call ``fn(*args)`` once per rank with the process group initialised (none for a single CPU process)."""
     if under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world_size:
             raise ValueError(f"cluster.num_nodes * cluster.workers_per_node = {world_size}, but torchrun "
                              f"started {os.environ['WORLD_SIZE']} ranks")
+        _run_in_group(fn, args)
+    elif world_size == 1 and torch.cuda.is_available():
+        # One GPU process still joins a (one-rank) group: its models are then FSDP2-wrapped with the same
+        # bf16-parameter / fp32-reduction policy as a multi-rank run, not trained in plain fp32.
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
+                          WORLD_SIZE="1")
         _run_in_group(fn, args)
     elif world_size == 1:
         fn(*args)
