@@ -136,7 +136,8 @@ class PolicyConfig:
     train_global_batch_size: int = 32
     """Samples per optimizer step (a minibatch); divides the samples per step and the data-parallel ranks."""
     train_micro_batch_size: int = 32
-    """Most samples per forward/backward on one rank; must divide the global batch's per-rank share."""
+    """Most samples per forward/backward on one rank: clamped to the rank's share of the global batch (so any
+    rank count works); must divide that share when smaller (``Config.micro_batch_size``)."""
     logprob_batch_size: int = 64
     """Most samples per no-grad forward on one rank when recomputing log-probs."""
     max_grad_norm: float = 1.0
@@ -446,6 +447,18 @@ class Config:
         """The critic's backbone: its own path if set, else the policy's starting point (or a tiny random model)."""
         return self.value.model.path or self.policy_init_path
 
+    def data_parallel_size(self, role: Literal["policy", "value"]) -> int:
+        """Data-parallel ranks of ``role``'s pool: its ranks / its ``parallel.tp``."""
+        return len(self.cluster.pool(role)) // getattr(self, role).parallel.tp
+
+    def micro_batch_size(self, role: Literal["policy", "value"]) -> int:
+        """Samples per forward/backward on one rank: ``train_micro_batch_size`` is an upper bound, clamped to a
+        rank's share of the global batch, so one recipe runs at any rank count. This is the size the engine's
+        microbatch loop runs, which never takes more rows than the rank holds."""
+        section = getattr(self, role)
+        return min(section.train_micro_batch_size,
+                   section.train_global_batch_size // max(self.data_parallel_size(role), 1))
+
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
 
@@ -638,8 +651,7 @@ def _check(cfg: Config) -> None:
     for section, worker in [("policy", cfg.policy), ("value", cfg.value)]:
         _check_optimizer(f"{section}.optimizer", worker.optimizer)
         _check_layout(cfg, section, worker.parallel)
-        _check_batches(cfg, section, worker.train_global_batch_size, worker.train_micro_batch_size,
-                       len(cfg.cluster.pool(section)) // worker.parallel.tp)
+        _check_batches(cfg, section)
         _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
     _check_optimizer("sft.optimizer", cfg.sft.optimizer)
     _check_schedules_and_sft(cfg)
@@ -746,8 +758,12 @@ def _check_layout(cfg: Config, section: str, parallel: ParallelConfig) -> None:
              f"(its ranks / {key})")
 
 
-def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int, dp: int) -> None:
-    """A minibatch of ``global_batch`` samples is split evenly over ``dp`` ranks, then into microbatches."""
+def _check_batches(cfg: Config, section: Literal["policy", "value"]) -> None:
+    """A minibatch of ``global_batch`` samples is split evenly over the ``dp`` ranks, then into microbatches
+    of at most ``train_micro_batch_size`` (an upper bound: clamped to the rank's share, see
+    ``Config.micro_batch_size``)."""
+    worker, dp = getattr(cfg, section), cfg.data_parallel_size(section)
+    global_batch, micro_batch = worker.train_global_batch_size, worker.train_micro_batch_size
     gkey, mkey = f"{section}.train_global_batch_size", f"{section}.train_micro_batch_size"
     _require(global_batch >= 1, gkey, f"must be >= 1, got {global_batch}")
     _require(micro_batch >= 1, mkey, f"must be >= 1, got {micro_batch}")
@@ -757,5 +773,25 @@ def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: in
     _require(global_batch % dp == 0, gkey,
              f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
              f"(the {section} pool's ranks / {section}.parallel.tp)")
-    _require((global_batch // dp) % micro_batch == 0, mkey,
-             f"{micro_batch} must divide the per-rank share of {gkey} = {global_batch // dp}")
+    share = global_batch // dp
+    _require(share % cfg.micro_batch_size(section) == 0, mkey,
+             f"{micro_batch} must divide the per-rank share of {gkey} = {share} (or be at least that share)")
+
+
+def batch_clamp_notes(cfg: Config) -> list[str]:
+    """One line per role whose per-rank sizes were clamped to a rank's share (logged once, by rank 0):
+    ``train_micro_batch_size`` against the global batch; the inference chunk sizes (``policy.logprob_batch_size``,
+    ``value.inference_batch_size``) against the step's samples, which ``map_rows`` splits over the same ranks."""
+    notes = []
+    for role, chunk_key in [("policy", "logprob_batch_size"), ("value", "inference_batch_size")]:
+        section, dp = getattr(cfg, role), cfg.data_parallel_size(role)
+        clamped = []
+        if cfg.micro_batch_size(role) < section.train_micro_batch_size:
+            clamped.append(f"train_micro_batch_size {section.train_micro_batch_size} -> {cfg.micro_batch_size(role)}")
+        chunk, step_share = getattr(section, chunk_key), cfg.samples_per_step // dp
+        if chunk > step_share:
+            clamped.append(f"{chunk_key} {chunk} -> {step_share}")
+        if clamped:
+            notes.append(f"{role}: per-rank sizes clamped to a rank's share over {dp} data-parallel ranks: "
+                         + ", ".join(clamped))
+    return notes

@@ -30,7 +30,7 @@ def _key_mismatches(tree, cls, path=""):
     fields = typing.get_type_hints(cls)
     out = [f"{path}{name}: missing from base.yaml" for name in fields if name not in tree]
     out += [f"{path}{name}: in base.yaml but not a Config field" for name in tree if name not in fields]
-    for name in fields.keys() & tree.keys():
+    for name in sorted(fields.keys() & tree.keys()):
         if dataclasses.is_dataclass(fields[name]):
             out += _key_mismatches(tree[name] or {}, fields[name], f"{path}{name}.")
     return out
@@ -49,8 +49,8 @@ def test_key_check_catches_a_missing_and_an_extra_key():
     tree = yaml.safe_load(BASE.read_text())
     del tree["ppo"]["gamma"]
     tree["loss"]["typo_key"] = 1
-    assert _key_mismatches(tree, Config) == ["ppo.gamma: missing from base.yaml",
-                                             "loss.typo_key: in base.yaml but not a Config field"]
+    assert sorted(_key_mismatches(tree, Config)) == ["loss.typo_key: in base.yaml but not a Config field",
+                                                     "ppo.gamma: missing from base.yaml"]
 
 
 def test_every_config_field_has_a_docstring():

@@ -92,7 +92,8 @@ class TrainEngine:
         return grad_norm.detach()
 
     def train(self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int) -> dict[str, torch.Tensor]:
-        """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each).
+        """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each),
+        each rank's share in microbatches of at most ``micro_batch`` rows (a bound, not a divisor).
 
         Returns tensors: ``loss`` and ``grad_norm`` (means over optimizer steps), ``lr``, and the
         loss function's statistics reduced over all microbatches (sums normalised by all valid tokens).

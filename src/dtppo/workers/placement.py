@@ -50,7 +50,7 @@ class Placement:
 
     def map_rows(self, experience: Experience, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                  chunk_size: int) -> torch.Tensor:
-        """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of
+        """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of at most
         ``chunk_size``; the blocks are gathered back into ``[B, T]`` on every rank, 0 on padding (pads hold
         no token and no state, whatever the row layout)."""
         local = experience.shard(self.dp_rank, self.dp_size).to(self.device)
