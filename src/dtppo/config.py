@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -32,192 +33,347 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class TinyModelConfig:
+    """The shape of the tiny random-init Qwen2 built when a model has no ``path``."""
+
     hidden_size: int = 128
+    """Width of the residual stream; an even multiple of ``num_heads`` (rotary embeddings)."""
     num_layers: int = 4
+    """Decoder blocks."""
     num_heads: int = 4
+    """Attention (query) heads."""
     num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention); divides ``num_heads``."""
     intermediate_size: int = 512
+    """Width of the MLP's hidden layer."""
     max_position_embeddings: int = 512
+    """Longest sequence (prompt + response) the rotary table covers."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
+    """Where a model's weights come from."""
+
     path: str | None = None
+    """Local HF model directory (or a hub name like org/model); null = build ``tiny`` below (random init).
+    For the critic, null = the policy's starting weights (a backbone copy), or a tiny random model."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Used only when ``path`` is null."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class OptimizerConfig:
+    """AdamW."""
+
     lr: float = 1e-4
+    """Peak learning rate (the schedule multiplies it)."""
     weight_decay: float = 0.01
+    """Decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.95)
+    """Adam's (β1, β2)."""
     eps: float = 1e-8
+    """Adam's ε."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
+    """Learning-rate schedule over optimizer steps: linear warmup, then constant or cosine decay."""
+
     kind: Literal["constant", "cosine"] = "constant"
+    """constant | cosine (to ``min_lr_ratio`` over ``total_steps`` optimizer steps)."""
     warmup_steps: int = 0
+    """Optimizer steps of linear warmup from lr/warmup_steps to lr."""
     min_lr_ratio: float = 0.1
-    total_steps: int = 0
+    """Cosine: the final learning rate as a fraction of the peak."""
+    total_steps: int | None = None
+    """Optimizer steps the cosine spans; null = the stage's length, derived once when the Config is built
+    (sft: ``sft.num_steps``; policy and value: the optimizer steps of the whole PPO run)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class GenerationConfig:
+    """Sampling of rollouts (and of validation responses)."""
+
     max_new_tokens: int = 48
+    """Responses longer than this are cut and counted in train/truncation_rate."""
     temperature: float = 1.0
+    """Sampling temperature; training log-probs use the same temperature."""
     top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
     val_greedy: bool = True
+    """Validation decodes greedily."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelConfig:
+    """How a model's pool of ranks is split: data-parallel (FSDP/HSDP) × tensor-parallel."""
+
     tp: int = 1
+    """Tensor-parallel ranks per model replica; divides the pool's ranks."""
     sequence_parallel: bool = False
+    """Shard RMSNorm activations over the sequence too (needs tp > 1)."""
     unsharded_grad_accumulation: bool = True
+    """FSDP: gather parameters once per optimizer step and reduce-scatter the microbatches' summed gradients
+    once (false: per microbatch, less memory)."""
     dp_replicate: int = 1
+    """Whole-model replicas among the data-parallel ranks (HSDP); = dp ranks: every rank holds the model and
+    gradients are all-reduced once per step (no gathers)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
+    """The actor: its model, layout, optimizer, schedule, sampling and batch sizes."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy's starting weights (unless ``ppo.init_from_sft``)."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The policy pool's layout."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """The policy's AdamW."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """The policy's learning-rate schedule."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Rollout sampling."""
     train_global_batch_size: int = 32
+    """Samples per optimizer step (a minibatch); divides the samples per step and the data-parallel ranks."""
     train_micro_batch_size: int = 32
+    """Most samples per forward/backward on one rank: clamped to the rank's share of the global batch (so any
+    rank count works); must divide that share when smaller (``Config.micro_batch_size``)."""
     logprob_batch_size: int = 64
+    """Most samples per no-grad forward on one rank when recomputing log-probs."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
     sequence_packing: bool = True
+    """Pack each (micro)batch's sequences into fewer rows, no pad tokens computed (same numbers as padded
+    within fp32 round-off; docs/performance.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ValueConfig:
+    """The critic: a backbone with a scalar head, its layout, optimizer, schedule and batch sizes."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The critic's backbone; path null = the policy's starting weights, or a tiny random model."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The critic pool's layout."""
     optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-3))
+    """The critic's AdamW."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """The critic's learning-rate schedule."""
     train_global_batch_size: int = 32
+    """As ``policy.train_global_batch_size``."""
     train_micro_batch_size: int = 32
+    """As ``policy.train_micro_batch_size``."""
     inference_batch_size: int = 64
+    """Most samples per no-grad forward on one rank when computing values."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
     head_init_std: float = 0.02
+    """Scalar head ~ N(0, std), drawn from its own generator seeded by ``ppo.seed``."""
     shift_values: bool = True
+    """V(s_t) = head(h[t-1]). false only for the value-alignment experiment (a warning says so)."""
     sequence_packing: bool = True
+    """As ``policy.sequence_packing``; V(s_t) is shifted within each packed sequence."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class PPOConfig:
+    """The PPO loop: step counts, batch shape, GAE, validation."""
+
     seed: int = 0
+    """Seeds models, sampling and the prompt order."""
     max_num_steps: int = 50
+    """PPO steps (rollout + updates) of the run."""
     num_prompts_per_step: int = 64
+    """Prompts drawn per step."""
     num_generations_per_prompt: int = 1
+    """Responses sampled per prompt."""
     ppo_epochs: int = 1
+    """Passes over each step's samples; each pass = critic update, then policy update."""
     policy_training_start_step: int = 0
+    """Critic warmup: the policy is not updated before this many steps."""
     gamma: float = 1.0
+    """Discount γ."""
     lambda_value: float = 1.0
+    """GAE λ for the value targets (returns)."""
     lambda_policy: float = 1.0
+    """GAE λ for the advantages."""
     length_adaptive_alpha: float = 0.0
+    """> 0: per-sample λ_policy = 1 - 1/(α·len) (VAPO)."""
     normalize_advantages: bool = True
+    """Whiten advantages over all valid tokens of the step."""
     val_period: int = 10
+    """Validate every N steps (and at the last step)."""
     val_at_start: bool = True
+    """Validate before the first step."""
     max_val_samples: int = 256
+    """Validation problems scored."""
     val_batch_size: int = 256
+    """Validation prompts decoded at once."""
     init_from_sft: bool = False
+    """Start policy and critic from ``sft.output_dir`` (running SFT first if missing)."""
     max_consecutive_nonfinite_steps: int = 3
+    """Optimizer steps with a NaN/inf loss or gradient are skipped; this many in a row (per model) stop the
+    run (exit 3). 0 = never stop."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class LossConfig:
+    """The clipped PPO and value losses, and the KL penalty."""
+
     ratio_clip_low: float = 0.2
+    """ε_low: the ratio is clipped below at 1 - ε_low."""
     ratio_clip_high: float = 0.2
+    """ε_high: the ratio is clipped above at 1 + ε_high."""
     ratio_clip_c: float | None = None
+    """Dual clip c > 1 for A < 0; null = off."""
     kl_coef: float = 0.0
+    """β; 0 = no reference model."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """k1 | k2 | k3."""
     kl_in_reward: bool = False
+    """true: -β·KL_t in the token rewards; false: β·KL in the policy loss."""
     value_clip: float | None = 0.5
+    """ε_v around the old values; null = unclipped."""
     value_loss_scale: float = 1.0
+    """Multiplies the critic's loss."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class TinyMathConfig:
+    """The synthetic arithmetic word problems."""
+
     max_number: int = 20
+    """Operands and start values are drawn from 1..max_number."""
     min_ops: int = 1
+    """Fewest operations per problem."""
     max_ops: int = 2
+    """Most operations per problem."""
     validation_seed: int = 12345
+    """The held-out set; its questions never appear in training."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetConfig:
+    """One split of a file-backed task."""
+
     path: str | None = None
+    """A GSM8K jsonl file (train: the training rows; validation: the first ``ppo.max_val_samples`` rows)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
+    """The task, its files and the prompt format."""
+
     task: Literal["gsm8k", "tiny_math"] = "tiny_math"
+    """tiny_math (synthetic) | gsm8k (jsonl files below)."""
     train: DatasetConfig = field(default_factory=DatasetConfig)
+    """GSM8K train jsonl."""
     validation: DatasetConfig = field(default_factory=DatasetConfig)
+    """GSM8K test jsonl."""
     tiny_math: TinyMathConfig = field(default_factory=TinyMathConfig)
+    """The synthetic task's generator."""
     system_prompt: str | None = None
+    """Prepended as the system turn; null = none."""
     max_prompt_tokens: int = 256
+    """GSM8K rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
     on_bad_row: Literal["skip", "error"] = "skip"
+    """GSM8K rows with a missing field, an empty or non-numeric answer, or a prompt over max_prompt_tokens:
+    skip (counted, logged) | error (file:line named)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class CarelessStageConfig:
+    """An optional planted flaw after SFT (tiny_math only): bare wrong "#### N" answers."""
+
     num_steps: int = 0
+    """Optimizer steps of the stage; 0 = no stage."""
     lr: float = 3e-4
+    """Its constant learning rate."""
     careless_fraction: float = 0.6
+    """Fraction of its examples that are bare wrong answers."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class SFTConfig:
+    """Supervised fine-tuning: the checkpoint PPO starts from."""
+
     output_dir: str = "runs/sft"
+    """An HF directory (model + tokenizer)."""
     num_steps: int = 500
+    """Optimizer steps."""
     batch_size: int = 32
+    """Examples per optimizer step."""
     optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
+    """SFT's AdamW."""
     scheduler: SchedulerConfig = field(
         default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30)
     )
+    """SFT's learning-rate schedule (total_steps null = ``num_steps``)."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
     careless_stage: CarelessStageConfig = field(default_factory=CarelessStageConfig)
+    """The planted flaw, trained after the main stage."""
     log_period: int = 50
+    """Log every N steps (and the last)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class RewardConfig:
+    """Scoring of responses against the reference answers."""
+
     num_workers: int = 2
+    """Scoring processes (local run) or Ray actors (Ray run); 0 = in rank 0's process."""
     timeout_s: float = 30.0
+    """A chunk not scored by then gets 0.0 instead of stalling the step."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoggerConfig:
+    """Metrics output."""
+
     log_dir: str = "runs/ppo"
+    """metrics.jsonl and TensorBoard events."""
     tensorboard: bool = True
+    """Write TensorBoard events too."""
     progress: bool = True
+    """One console line per step with ETA."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointingConfig:
+    """Periodic checkpoints; a run resumes from the latest complete one."""
+
     enabled: bool = True
+    """Save and resume."""
     checkpoint_dir: str = "runs/ppo/checkpoints"
+    """Holds step_N directories."""
     save_period: int = 10
+    """Save every N steps (and at the last step)."""
     keep_last: int = 2
+    """Older complete checkpoints are deleted."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
+    """Where the ranks run and how policy and critic share them."""
+
     num_nodes: int = 1
+    """nodes x workers_per_node = ranks; each model's dp = its ranks / its parallel.tp."""
     workers_per_node: int = 1
+    """> 1: `dtppo ppo` starts the ranks itself (or run it under torchrun)."""
     backend: Literal["local", "ray"] = "local"
+    """local (this machine: spawned ranks / torchrun) | ray (one Ray actor per rank)."""
     ray_address: str | None = None
+    """Attach to this Ray cluster (or $RAY_ADDRESS); null = start a private local one."""
     ray_placement: Literal["pack", "spread"] = "pack"
+    """pack | spread: placement-group strategy for the rank bundles."""
     ray_temp_dir: str = "/tmp/dtppo-ray"
+    """Ray session files of a private local instance (short: Ray's socket paths)."""
     ray_timeout_s: float = 120.0
-    # 0: policy and critic colocated on every rank. N: policy on ranks [0, N), critic on the other ranks,
-    # so the two updates run at the same time on different devices.
+    """Waiting for resources and actors before giving up."""
     policy_ranks: int = 0
+    """0: policy and critic colocated on every rank. N: policy on ranks [0, N), critic on the other ranks,
+    so the two updates run at the same time on different devices."""
 
     @property
     def world_size(self) -> int:
@@ -236,16 +392,46 @@ class ClusterConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
+    """A whole run. Schedules with ``total_steps: null`` get their stage's length here, once (cleanrl's
+    "filled in at runtime" values): the built Config holds numbers, never null, for them."""
+
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The actor."""
     value: ValueConfig = field(default_factory=ValueConfig)
+    """The critic."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    """The PPO loop."""
     loss: LossConfig = field(default_factory=LossConfig)
+    """The losses."""
     data: DataConfig = field(default_factory=DataConfig)
+    """The task and its prompts."""
     sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised fine-tuning before PPO."""
     reward: RewardConfig = field(default_factory=RewardConfig)
+    """Scoring."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    """Metrics output."""
     checkpointing: CheckpointingConfig = field(default_factory=CheckpointingConfig)
+    """Checkpoints and resume."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Ranks and their placement."""
+
+    def __post_init__(self) -> None:
+        # A frozen dataclass fills derived fields through object.__setattr__ (the documented way).
+        for name, length in [("sft", max(self.sft.num_steps, 0)), ("policy", self.optimizer_steps("policy")),
+                             ("value", self.optimizer_steps("value"))]:
+            section = getattr(self, name)
+            if section.scheduler.total_steps is None:
+                scheduler = dataclasses.replace(section.scheduler, total_steps=length)
+                object.__setattr__(self, name, dataclasses.replace(section, scheduler=scheduler))
+
+    def optimizer_steps(self, role: Literal["policy", "value"]) -> int:
+        """Optimizer steps a PPO run makes on ``role``'s model: one per global batch of each epoch of each
+        step (the policy's only from ``ppo.policy_training_start_step`` on). 0 for a config that ``_check``
+        refuses (no global batch)."""
+        ppo, batch = self.ppo, getattr(self, role).train_global_batch_size
+        steps = ppo.max_num_steps - (ppo.policy_training_start_step if role == "policy" else 0)
+        return max(steps, 0) * ppo.ppo_epochs * (self.samples_per_step // batch if batch > 0 else 0)
 
     @property
     def samples_per_step(self) -> int:
@@ -260,6 +446,18 @@ class Config:
     def value_init_path(self) -> str | None:
         """The critic's backbone: its own path if set, else the policy's starting point (or a tiny random model)."""
         return self.value.model.path or self.policy_init_path
+
+    def data_parallel_size(self, role: Literal["policy", "value"]) -> int:
+        """Data-parallel ranks of ``role``'s pool: its ranks / its ``parallel.tp``."""
+        return len(self.cluster.pool(role)) // getattr(self, role).parallel.tp
+
+    def micro_batch_size(self, role: Literal["policy", "value"]) -> int:
+        """Samples per forward/backward on one rank: ``train_micro_batch_size`` is an upper bound, clamped to a
+        rank's share of the global batch, so one recipe runs at any rank count. This is the size the engine's
+        microbatch loop runs, which never takes more rows than the rank holds."""
+        section = getattr(self, role)
+        return min(section.train_micro_batch_size,
+                   section.train_global_batch_size // max(self.data_parallel_size(role), 1))
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -279,6 +477,7 @@ def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Con
     cfg = _build(Config, tree, path="")
     _check(cfg)
     _check_inputs_exist(cfg)
+    _warn_unusual(cfg)
     return cfg
 
 
@@ -287,6 +486,15 @@ def from_dict(tree: dict[str, Any]) -> Config:
     cfg = _build(Config, tree, path="")
     _check(cfg)
     return cfg
+
+
+def _warn_unusual(cfg: Config) -> None:
+    """Valid settings that exist for one experiment, not for training: said loudly, once per run (at load,
+    in the launching process; ranks rebuild the config with ``from_dict``, which stays quiet)."""
+    if not cfg.value.shift_values:
+        print("dtppo: WARNING: value.shift_values=false reads V(s_t) from the hidden state that has already "
+              "seen token t. It exists only for the value-alignment experiment (bench/value_alignment.py); "
+              "do not train with it.", file=sys.stderr, flush=True)
 
 
 def _read_recipe(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
@@ -443,8 +651,7 @@ def _check(cfg: Config) -> None:
     for section, worker in [("policy", cfg.policy), ("value", cfg.value)]:
         _check_optimizer(f"{section}.optimizer", worker.optimizer)
         _check_layout(cfg, section, worker.parallel)
-        _check_batches(cfg, section, worker.train_global_batch_size, worker.train_micro_batch_size,
-                       len(cfg.cluster.pool(section)) // worker.parallel.tp)
+        _check_batches(cfg, section)
         _require(worker.max_grad_norm > 0.0, f"{section}.max_grad_norm", "must be > 0")
     _check_optimizer("sft.optimizer", cfg.sft.optimizer)
     _check_schedules_and_sft(cfg)
@@ -551,8 +758,12 @@ def _check_layout(cfg: Config, section: str, parallel: ParallelConfig) -> None:
              f"(its ranks / {key})")
 
 
-def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: int, dp: int) -> None:
-    """A minibatch of ``global_batch`` samples is split evenly over ``dp`` ranks, then into microbatches."""
+def _check_batches(cfg: Config, section: Literal["policy", "value"]) -> None:
+    """A minibatch of ``global_batch`` samples is split evenly over the ``dp`` ranks, then into microbatches
+    of at most ``train_micro_batch_size`` (an upper bound: clamped to the rank's share, see
+    ``Config.micro_batch_size``)."""
+    worker, dp = getattr(cfg, section), cfg.data_parallel_size(section)
+    global_batch, micro_batch = worker.train_global_batch_size, worker.train_micro_batch_size
     gkey, mkey = f"{section}.train_global_batch_size", f"{section}.train_micro_batch_size"
     _require(global_batch >= 1, gkey, f"must be >= 1, got {global_batch}")
     _require(micro_batch >= 1, mkey, f"must be >= 1, got {micro_batch}")
@@ -562,5 +773,25 @@ def _check_batches(cfg: Config, section: str, global_batch: int, micro_batch: in
     _require(global_batch % dp == 0, gkey,
              f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
              f"(the {section} pool's ranks / {section}.parallel.tp)")
-    _require((global_batch // dp) % micro_batch == 0, mkey,
-             f"{micro_batch} must divide the per-rank share of {gkey} = {global_batch // dp}")
+    share = global_batch // dp
+    _require(share % cfg.micro_batch_size(section) == 0, mkey,
+             f"{micro_batch} must divide the per-rank share of {gkey} = {share} (or be at least that share)")
+
+
+def batch_clamp_notes(cfg: Config) -> list[str]:
+    """One line per role whose per-rank sizes were clamped to a rank's share (logged once, by rank 0):
+    ``train_micro_batch_size`` against the global batch; the inference chunk sizes (``policy.logprob_batch_size``,
+    ``value.inference_batch_size``) against the step's samples, which ``map_rows`` splits over the same ranks."""
+    notes = []
+    for role, chunk_key in [("policy", "logprob_batch_size"), ("value", "inference_batch_size")]:
+        section, dp = getattr(cfg, role), cfg.data_parallel_size(role)
+        clamped = []
+        if cfg.micro_batch_size(role) < section.train_micro_batch_size:
+            clamped.append(f"train_micro_batch_size {section.train_micro_batch_size} -> {cfg.micro_batch_size(role)}")
+        chunk, step_share = getattr(section, chunk_key), cfg.samples_per_step // dp
+        if chunk > step_share:
+            clamped.append(f"{chunk_key} {chunk} -> {step_share}")
+        if clamped:
+            notes.append(f"{role}: per-rank sizes clamped to a rank's share over {dp} data-parallel ranks: "
+                         + ", ".join(clamped))
+    return notes

@@ -86,7 +86,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
     if careless.num_steps > 0:
         careless_source, _ = build_sources(cfg, careless_fraction=careless.careless_fraction)
         optim = dataclasses.replace(sft.optimizer, lr=careless.lr)
-        engine = TrainEngine(model, optim, SchedulerConfig(), sft.max_grad_norm)
+        engine = TrainEngine(model, optim, SchedulerConfig(total_steps=careless.num_steps), sft.max_grad_norm)
         step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(careless_source, cfg.ppo.seed + 2),
                             careless.num_steps, logger, step)
         results["sft/accuracy_after_careless_stage"] = evaluate(model, tokenizer, validation, cfg, step).accuracy

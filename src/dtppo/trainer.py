@@ -12,7 +12,7 @@ from dtppo import checkpoint
 from dtppo.algorithms.advantages import compute_advantages, length_adaptive_lambda, token_level_rewards
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
-from dtppo.config import Config
+from dtppo.config import Config, batch_clamp_notes
 from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.evaluation import decode_responses, evaluate
@@ -60,6 +60,9 @@ class PPOTrainer:
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         self.scorer = RewardScorer(cfg.reward, cfg.cluster.backend) if is_main_rank() else None
         self.steps_done = 0
+        if is_main_rank():
+            for note in batch_clamp_notes(cfg):
+                print(note, flush=True)
 
     # ------------------------------------------------------------------------------------------ one step
 

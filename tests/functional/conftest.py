@@ -61,6 +61,6 @@ def read_jsonl(path):
 def sft_dir(tmp_path_factory):
     """A briefly fine-tuned tiny policy (60 steps), shared by the PPO tests that need a sane start."""
     root = tmp_path_factory.mktemp("sft")
-    run_cli(["sft", TINY, "sft.num_steps=60", "sft.scheduler.total_steps=60", "sft.careless_stage.num_steps=0",
+    run_cli(["sft", TINY, "sft.num_steps=60", "sft.careless_stage.num_steps=0",
              f"sft.output_dir={root / 'model'}", "ppo.max_val_samples=32", "logger.tensorboard=false"], cwd=root)
     return root / "model"

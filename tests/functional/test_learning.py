@@ -15,7 +15,7 @@ EASY = ["data.tiny_math.max_number=10", "data.tiny_math.max_ops=1", "logger.tens
 
 
 def test_ppo_recovers_accuracy_from_the_planted_shortcut(tmp_path):
-    run_cli(["ppo", TINY, *EASY, "sft.num_steps=450", "sft.scheduler.total_steps=450", "sft.careless_stage.num_steps=40",
+    run_cli(["ppo", TINY, *EASY, "sft.num_steps=450", "sft.careless_stage.num_steps=40",
              "sft.output_dir=sft", "ppo.max_num_steps=20", "ppo.val_period=5", "logger.log_dir=ppo"], tmp_path)
     sft = read_jsonl(tmp_path / "sft_logs" / "metrics.jsonl")[-1]
     assert sft["sft/accuracy"] > 0.4  # clean SFT learned the task

@@ -2,7 +2,7 @@
 
 Checks: the reference gates; the first step's metrics equal the single-process run's (rollouts are
 layout-invariant); a checkpoint written at dp=2 resumes at dp=1 and at dp=2 with the same next step; export
-of a sharded checkpoint gives consolidated HF weights.
+of a sharded checkpoint gives consolidated HF weights; the tiny recipe runs at dp=2 with no micro-batch overrides.
 """
 
 import shutil
@@ -111,3 +111,16 @@ def test_same_entry_point_under_torchrun(runs, sft_dir):
     for key in spawned:
         if not key.startswith(("timing/", "perf/")) and key in launched:
             assert launched[key] == pytest.approx(spawned[key], rel=1e-4, abs=1e-6), key
+
+
+def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(sft_dir, tmp_path):
+    """The recipe's micro-batch (32) is more than a rank's share of FAST's global batch at dp=2 (4 of 8): it is
+    clamped to the share, rank 0 says so once per model, and the step runs."""
+    fast = [a for a in FAST if "micro_batch_size" not in a]
+    proc = run_cli(["ppo", TINY, *fast, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=1", "ppo.val_at_start=false",
+                    "cluster.workers_per_node=2", "logger.log_dir=log", "checkpointing.enabled=false"], tmp_path)
+    assert proc.stdout.count("per-rank sizes clamped") == 2, proc.stdout
+    assert "policy: per-rank sizes clamped to a rank's share over 2 data-parallel ranks: " \
+           "train_micro_batch_size 32 -> 4, logprob_batch_size 64 -> 8" in proc.stdout
+    trained = [r for r in read_jsonl(tmp_path / "log" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in trained] == [1] and trained[0]["train/critic/loss"] >= 0

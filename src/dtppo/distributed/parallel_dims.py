@@ -15,6 +15,7 @@ class MeshAxis(StrEnum):
     DP_SHARD = "dp_shard"  # FSDP2 shards parameters within a replica
     TP = "tp"  # tensor (and sequence) parallel within a model shard
     DP = "dp"  # dp_replicate × dp_shard flattened: the ranks that split the batch
+    DP_TP = "dp_tp"  # all three flattened: every rank of the model (one group for the gradient norm)
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,9 @@ class ParallelDims:
     def dp_shard(self) -> int:
         return self.dp // self.dp_replicate
 
-    def build_mesh(self, ranks: range) -> tuple[DeviceMesh, DeviceMesh]:
-        """The 3-D (dp_replicate, dp_shard, tp) mesh over ``ranks`` (of size ``world_size``), and its two dp
-        axes flattened into one (the ranks that split the batch).
+    def build_mesh(self, ranks: range) -> tuple[DeviceMesh, DeviceMesh, DeviceMesh]:
+        """The 3-D (dp_replicate, dp_shard, tp) mesh over ``ranks`` (of size ``world_size``), its two dp
+        axes flattened into one (the ranks that split the batch), and all three flattened (every rank).
 
         Collective over *all* launched ranks, members or not: every rank must build every pool's mesh, in
         the same order, because creating a process group is itself a world-wide collective.
@@ -48,7 +49,7 @@ class ParallelDims:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         layout = torch.tensor(list(ranks)).view(self.dp_replicate, self.dp_shard, self.tp)
         mesh = DeviceMesh(device, layout, mesh_dim_names=(MeshAxis.DP_REPLICATE, MeshAxis.DP_SHARD, MeshAxis.TP))
-        return mesh, fsdp_mesh(mesh)._flatten(MeshAxis.DP)
+        return mesh, fsdp_mesh(mesh)._flatten(MeshAxis.DP), mesh._flatten(MeshAxis.DP_TP)
 
 
 def fsdp_mesh(mesh: DeviceMesh) -> DeviceMesh:

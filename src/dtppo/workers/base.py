@@ -23,7 +23,8 @@ class Worker:
         return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm, p.device,
                            p.dp_rank, p.dp_size, p.dp_group, name=name,
                            max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
-                           unsharded_accumulation=section.parallel.unsharded_grad_accumulation)
+                           unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
+                           model_group=p.model_group)
 
     # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
     def prepare_for_inference(self) -> None:

@@ -43,13 +43,14 @@ class TrainEngine:
     """AdamW + LambdaLR over ``model``'s parameters, with grad-norm clipping and non-finite step skipping.
 
     Data parallel: ``dp_rank``/``dp_size`` pick this rank's rows of each minibatch (an equal number of rows,
-    balanced by token count), ``dp_group`` reduces metrics. The model is expected to sum (not average)
-    gradients across those ranks (see parallelize()).
+    balanced by token count), ``dp_group`` reduces metrics, ``model_group`` (dp × tp ranks) the gradient
+    norm. The model is expected to sum (not average) gradients across those ranks (see parallelize()).
     """
 
     def __init__(self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float,
                  device: torch.device = torch.device("cpu"), dp_rank: int = 0, dp_size: int = 1, dp_group=None,
-                 name: str = "model", max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False):
+                 name: str = "model", max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False,
+                 model_group=None):
         self.model, self.device = model, device
         # FSDP: gather once per optimizer step, reduce-scatter once (see microbatch_accumulation).
         self.unsharded_accumulation = unsharded_accumulation
@@ -57,6 +58,7 @@ class TrainEngine:
         # ``name`` labels errors and selects the test hook; 0 consecutive-limit = skip forever, never stop.
         self.name, self.max_consecutive_nonfinite = name, max_consecutive_nonfinite
         self.dp_rank, self.dp_size, self.dp_group = dp_rank, dp_size, dp_group
+        self.model_group = model_group  # every rank holding the model: the gradient norm's one all-reduce
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
             foreach=None if dp_group is None else False,  # params may live on different meshes
@@ -72,7 +74,7 @@ class TrainEngine:
         NonFiniteError: one bad batch is noise, a streak means the weights or the data are broken and more
         steps only burn compute. The decision is the same on every rank: the norm and the loss are global.
         """
-        grad_norm = clip_grad_norm_(list(self.model.parameters()), self.max_grad_norm)
+        grad_norm = clip_grad_norm_(list(self.model.parameters()), self.max_grad_norm, self.model_group)
         finite = torch.isfinite(grad_norm) if loss is None else torch.isfinite(grad_norm) & torch.isfinite(loss)
         if bool(finite):
             self.optimizer.step()
@@ -92,7 +94,8 @@ class TrainEngine:
         return grad_norm.detach()
 
     def train(self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int) -> dict[str, torch.Tensor]:
-        """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each).
+        """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each),
+        each rank's share in microbatches of at most ``micro_batch`` rows (a bound, not a divisor).
 
         Returns tensors: ``loss`` and ``grad_norm`` (means over optimizer steps), ``lr``, and the
         loss function's statistics reduced over all microbatches (sums normalised by all valid tokens).

@@ -28,10 +28,11 @@ class Placement:
         self.ranks = ranks
         self.dims = ParallelDims(len(ranks), parallel.tp, parallel.sequence_parallel, parallel.dp_replicate)
         # Any multi-process run shards, even a one-rank pool: its collectives must stay inside the pool.
-        self.mesh, dp_mesh = self.dims.build_mesh(ranks) if is_distributed() else (None, None)
+        self.mesh, dp_mesh, all_mesh = self.dims.build_mesh(ranks) if is_distributed() else (None, None, None)
         self.member = rank() in ranks
         self.dp_rank, self.dp_size = dp_coordinate(dp_mesh) if self.member else (0, 1)
         self.dp_group = dp_group(dp_mesh) if self.member else None
+        self.model_group = all_mesh.get_group() if self.member and all_mesh is not None else None  # grad norm
         # Models and their microbatches live on this rank's device; the step's batch stays on the CPU.
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
             else torch.device("cpu")
@@ -50,7 +51,7 @@ class Placement:
 
     def map_rows(self, experience: Experience, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                  chunk_size: int) -> torch.Tensor:
-        """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of
+        """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of at most
         ``chunk_size``; the blocks are gathered back into ``[B, T]`` on every rank, 0 on padding (pads hold
         no token and no state, whatever the row layout)."""
         local = experience.shard(self.dp_rank, self.dp_size).to(self.device)
