@@ -107,7 +107,7 @@ def ppo_loss_sum(name: str, model, exp: Experience) -> torch.Tensor:
     if name == "policy":
         logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
         loss, _ = policy_loss(logprobs_from_logits(logits, exp.input_ids), exp.old_logprobs, exp.advantages,
-                              exp.response_mask, CLIP, CLIP)
+                              exp.response_mask, CLIP, CLIP, gen_logprobs=exp.gen_logprobs)
     else:
         values = model.values(exp.input_ids, exp.attention_mask)
         loss, _ = value_loss(values, exp.old_values, exp.returns, exp.response_mask, VALUE_CLIP)

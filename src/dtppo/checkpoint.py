@@ -12,6 +12,10 @@ Guarantees (measured in docs/reliability.md):
 - A storage error (unwritable directory, full disk) raises CheckpointError on every rank, removes the partial
   ``tmp_step_N`` and leaves the earlier checkpoints as they were.
 - ``load`` checks the manifest first: a missing, truncated or garbled file raises CheckpointError naming it.
+- ``trainer.pt`` holds only tensors and plain data and is read with torch's restricted unpickler; a file that
+  names anything else (a class, a callable) is refused with CheckpointError before any of it runs. The
+  weights' own metadata is torch.distributed.checkpoint's format, which torch unpickles freely, so a
+  checkpoint is still trusted input: exports (safetensors) are the format to share.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -38,6 +43,7 @@ from dtppo.distributed.comm import all_reduce, broadcast, is_distributed, rank
 from dtppo.faults import CheckpointError, pause_in_checkpoint
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_UNSUPPORTED = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 WEIGHTS_DIR = "weights"
 TRAINER_FILE = "trainer.pt"
 CONFIG_FILE = "config.yaml"
@@ -46,13 +52,20 @@ _CHUNK = 8 << 20
 
 
 def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """The process's RNG states as tensors and plain data (what ``torch.load(weights_only=True)`` reads)."""
+    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                   "cached_gaussian": float(cached_gaussian)}
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy_state}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    numpy_state = state["numpy"]
+    np.random.set_state(("MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
 
 
 # ---------------------------------------------------------------------------------------------- save
@@ -220,11 +233,21 @@ def load(path: str | Path, sharded: dict[str, Any]) -> tuple[dict[str, Any], dic
         dcp.load(sharded, checkpoint_id=str(path / WEIGHTS_DIR))
     except (OSError, RuntimeError, ValueError, KeyError, CheckpointException) as err:
         raise CheckpointError(f"cannot load {path / WEIGHTS_DIR}: {_first_line(err)}") from None
+    return _load_replicated(path / TRAINER_FILE), read_config(path)
+
+
+def _load_replicated(file: Path) -> dict[str, Any]:
+    """``trainer.pt`` through torch's restricted unpickler: tensors and plain containers only. Anything else
+    (a class, a function call) is refused before it is built, so a crafted file cannot run code."""
     try:
-        replicated = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=False)
-    except Exception as err:  # unpickling garbage can raise almost anything
-        raise CheckpointError(f"cannot load {path / TRAINER_FILE}: {_first_line(err)}") from None
-    return replicated, read_config(path)
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        culprit = _UNSUPPORTED.search(str(err))
+        what = f"it names {culprit.group(1)}" if culprit else _first_line(err)
+        raise CheckpointError(f"refusing to load {file}: it holds more than tensors and plain data ({what}); "
+                              f"checkpoints are trusted input (share `dtppo export` output instead)") from None
+    except Exception as err:  # a damaged archive can raise almost anything
+        raise CheckpointError(f"cannot load {file}: {_first_line(err)}") from None
 
 
 def _earlier_hint(path: Path) -> str:

@@ -40,10 +40,14 @@ def masked_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Mean 0 and unbiased std 1 over valid positions; masked positions set to 0. x, mask: [B, T]."""
+    """``(x − mean)·rsqrt(var + eps)`` over valid positions (unbiased var); masked positions 0. x, mask: [B, T].
+
+    eps goes under the root, as in verl and NeMo-RL: when every x is equal, the float32 mean can be an ulp
+    off, and ``/(std + eps)`` would blow that round-off up to O(1) per token; ``rsqrt(var + eps)`` caps the
+    scale at 1/sqrt(eps), so a batch with no signal stays ≈ 0.
+    """
     mean = masked_mean(x, mask)
-    std = masked_var(x, mask, unbiased=True).sqrt()
-    whitened = (x - mean) / (std + eps)
+    whitened = (x - mean) * torch.rsqrt(masked_var(x, mask, unbiased=True) + eps)
     return torch.where(mask.bool(), whitened, torch.zeros_like(whitened))
 
 

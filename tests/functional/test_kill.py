@@ -43,6 +43,6 @@ def test_kill_before_the_rename_resumes_from_the_previous_step_and_reproduces_th
     a, b = checkpoint_tensors(ckpt / "step_2"), checkpoint_tensors(tmp_path / "reference_step_2")
     assert a.keys() == b.keys() and any(".optim." in k for k in a)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    state, reference = (torch.load(p / "trainer.pt", weights_only=False) for p in (ckpt / "step_2",
+    state, reference = (torch.load(p / "trainer.pt", weights_only=True) for p in (ckpt / "step_2",
                                                                                    tmp_path / "reference_step_2"))
     assert state["loader"] == reference["loader"] and state["steps_done"] == reference["steps_done"] == 2

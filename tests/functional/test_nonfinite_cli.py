@@ -40,5 +40,5 @@ def test_nonfinite_steps_are_skipped_counted_and_a_streak_stops_the_run(tmp_path
     tensors = checkpoint_tensors(ckpt / "step_3", tmp_path)
     floats = [t for name, t in tensors.items() if t.is_floating_point()]
     assert len(floats) > 20 and all(torch.isfinite(t).all() for t in floats)
-    state = torch.load(ckpt / "step_3/trainer.pt", weights_only=False)
+    state = torch.load(ckpt / "step_3/trainer.pt", weights_only=True)
     assert state["policy"]["skipped_steps"] == 3 and state["policy"]["consecutive_nonfinite"] == 2

@@ -42,7 +42,7 @@ def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
     assert sorted(p.name for p in (cwd / "ckpt").iterdir()) == ["step_2"]
     step_dir = cwd / "ckpt" / "step_2"
     assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "manifest.json", "trainer.pt", "weights"]
-    state = torch.load(step_dir / "trainer.pt", weights_only=False)
+    state = torch.load(step_dir / "trainer.pt", weights_only=True)
     assert state["steps_done"] == 2 and state["loader"]["offset"] == 32
     saved = checkpoint_tensors(step_dir, tmp_path)
     assert any(k.startswith("policy.optim.state") for k in saved)  # optimizer state is in the checkpoint

@@ -1,6 +1,8 @@
-"""Ray backend: same numbers as the local backend, ranks across two Ray nodes, a killed actor stops the run."""
+"""Ray backend: same numbers as the local backend, ranks across two Ray nodes, a killed actor stops the run,
+token authentication on a cluster dtppo attaches to."""
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -13,7 +15,8 @@ from conftest import FAST, TINY, read_jsonl, run_cli
 
 ray = pytest.importorskip("ray")
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}  # a private instance runs with its own random token (ray_group.py)
+RAY_BIN = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def _args(sft_dir, name, steps, *extra):
@@ -56,25 +59,41 @@ def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
     assert any(p.name.startswith("session_") for p in Path(ray_tmp).iterdir())  # session files stay there
 
 
+def _token_env(token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    return env | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
 @pytest.fixture
-def two_node_cluster(ray_tmp):
-    env = dict(os.environ, **RAY_ENV)
-    port = 6400 + os.getpid() % 500
+def token_cluster(ray_tmp, monkeypatch):
+    """``start(num_nodes)``: a loopback cluster with token authentication, started as docs/ray.md says, the
+    token also in this test's environment (so dtppo runs get it); returns (address, token). Stopped after."""
     common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
-    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    subprocess.run([ray_bin, "start", "--head", f"--port={port}", f"--temp-dir={ray_tmp}",
-                    "--include-dashboard=false", *common], env=env, check=True, capture_output=True, timeout=120)
+
+    def start(num_nodes: int) -> tuple[str, str]:
+        token = secrets.token_hex(32)
+        env = _token_env(token)
+        port = 6400 + os.getpid() % 500
+        subprocess.run([RAY_BIN, "start", "--head", f"--port={port}", f"--temp-dir={ray_tmp}",
+                        "--include-dashboard=false", *common], env=env, check=True, capture_output=True, timeout=120)
+        for _ in range(num_nodes - 1):
+            subprocess.run([RAY_BIN, "start", f"--address=127.0.0.1:{port}", *common], env=env, check=True,
+                           capture_output=True, timeout=120)
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED"):
+            monkeypatch.setenv(key, env[key])
+        return f"127.0.0.1:{port}", token
+
     try:
-        subprocess.run([ray_bin, "start", f"--address=127.0.0.1:{port}", *common], env=env, check=True,
-                       capture_output=True, timeout=120)
-        yield f"127.0.0.1:{port}"
+        yield start
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_cluster(ray_tmp)  # every node of this cluster keeps its session files under ray_tmp
+        assert not _ray_processes(ray_tmp)
 
 
-def test_two_node_ray_cluster_places_a_rank_on_each_node(sft_dir, tmp_path, two_node_cluster):
+def test_two_node_ray_cluster_places_a_rank_on_each_node(sft_dir, tmp_path, token_cluster):
+    address, _ = token_cluster(num_nodes=2)
     proc = run_cli(_args(sft_dir, "two_nodes", 2, "cluster.num_nodes=2", "cluster.workers_per_node=1",
-                         "cluster.backend=ray", f"cluster.ray_address={two_node_cluster}",
+                         "cluster.backend=ray", f"cluster.ray_address={address}",
                          "cluster.ray_placement=spread"), tmp_path)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("ranks placed on Ray nodes"))
     nodes = {part.split("->")[1].strip() for part in line.split(":", 1)[1].split(",")}
@@ -119,3 +138,60 @@ def test_a_deliberate_stop_keeps_its_exit_code_under_ray(sft_dir, tmp_path, ray_
     assert proc.returncode == 3, out[-3000:]
     assert "consecutive optimizer steps had a non-finite loss or gradient" in out
     assert "Traceback" not in out
+
+
+def _stop_cluster(temp_dir: str, grace_s: float = 15.0) -> None:
+    """Stop the Ray processes of the cluster whose session files are under ``temp_dir``, and only those
+    (``ray stop`` would also stop every other Ray instance of this user on the machine). Its daemons name
+    ``temp_dir`` on their command line; the workers they spawn retitle themselves ``ray::...``, so they are
+    found as the daemons' children."""
+    daemons = [int(p) for p in _ray_processes(temp_dir)]
+    children = [int(c) for p in daemons for c in subprocess.run(["pgrep", "-P", str(p)], capture_output=True,
+                                                                  text=True).stdout.split()]
+    pids = children + daemons
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+            time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+_CONNECT = """
+import sys, ray
+try:
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    print("ran", ray.get(ray.remote(lambda: 6 * 7).remote(), timeout=60))
+except ConnectionError as err:
+    print("refused:", err)
+"""
+
+
+def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_with_it(sft_dir, tmp_path,
+                                                                                     token_cluster):
+    address, _ = token_cluster(num_nodes=1)
+    # No token anywhere (an empty HOME has no ~/.ray/auth_token), then a wrong one. A short GCS wait: the
+    # refusal itself is immediate, Ray would only retry it for 20 s.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    base |= {"HOME": str(tmp_path), "RAY_USAGE_STATS_ENABLED": "0", "RAY_gcs_server_port_wait_time_s": "2"}
+    for extra in ({}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}):
+        probe = subprocess.run([sys.executable, "-c", _CONNECT, address], env=base | extra, capture_output=True,
+                               text=True, timeout=120)
+        assert probe.stdout.startswith("refused:"), probe.stdout + probe.stderr[-2000:]
+        assert "InvalidAuthToken" in probe.stderr, probe.stderr[-2000:]  # refused for the token, not the network
+
+    proc = run_cli(_args(sft_dir, "auth", 2, "cluster.workers_per_node=1", "cluster.backend=ray",
+                         f"cluster.ray_address={address}", "ppo.val_at_start=false"), tmp_path)
+    assert "ranks placed on Ray nodes: rank 0 ->" in proc.stdout
+    assert [r["step"] for r in read_jsonl(tmp_path / "auth/log/metrics.jsonl")] == [1, 2]

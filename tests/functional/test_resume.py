@@ -31,6 +31,6 @@ def test_resume_reproduces_the_uninterrupted_run(sft_dir, tmp_path):
     assert a.keys() == b.keys() and any(".model." in k for k in a) and any(".optim." in k for k in a)
     for name, tensor in a.items():
         assert torch.equal(tensor, b[name]), name
-    trainer_a = torch.load(tmp_path / "straight/ckpt/step_4/trainer.pt", weights_only=False)
-    trainer_b = torch.load(tmp_path / "split/ckpt/step_4/trainer.pt", weights_only=False)
+    trainer_a = torch.load(tmp_path / "straight/ckpt/step_4/trainer.pt", weights_only=True)
+    trainer_b = torch.load(tmp_path / "split/ckpt/step_4/trainer.pt", weights_only=True)
     assert trainer_a["loader"] == trainer_b["loader"] and trainer_a["steps_done"] == trainer_b["steps_done"] == 4

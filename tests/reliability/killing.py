@@ -308,7 +308,7 @@ def _compare(cwd: Path, name: str, reference: str, steps: int, result: TrialResu
     result.weights_equal = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     floats = [k for k in a.keys() & b.keys() if a[k].is_floating_point()]
     result.max_weight_abs_diff = max((float((a[k] - b[k]).abs().max()) for k in floats), default=float("nan"))
-    ta, tb = (torch.load(cwd / n / "ckpt" / f"step_{steps}" / "trainer.pt", weights_only=False)
+    ta, tb = (torch.load(cwd / n / "ckpt" / f"step_{steps}" / "trainer.pt", weights_only=True)
               for n in (name, reference))
     result.trainer_state_equal = (ta["loader"] == tb["loader"] and ta["steps_done"] == tb["steps_done"] == steps
                                   and ta["policy"] == tb["policy"] and ta["value"] == tb["value"])

@@ -113,6 +113,30 @@ def test_whiten_masked_mean_zero_unbiased_std_one():
     assert torch.all(w[~m.bool()] == 0)
 
 
+@pytest.mark.parametrize("value, n", [(0.7, 1000), (1.3, 13), (0.3, 7), (-0.45, 1000)])
+def test_whiten_without_signal_gives_zero(value, n):
+    # All advantages equal: the float32 mean can be an ulp off, so x − mean is ~1e-8 instead of 0. Dividing
+    # that by (σ + 1e-8) with σ ~ 1e-8 gave ±0.4..0.9 per token; rsqrt(σ² + 1e-8) scales it by at most 1e4,
+    # so a mean a few ulps off stays ~1e-3.
+    x = torch.full((2, n), value)
+    x[1, n // 2 :] = 999.0  # poison on padding
+    m = torch.ones(2, n)
+    m[1, n // 2 :] = 0
+    w = whiten(x, m)
+    assert w.abs().max().item() < 1e-2
+    assert torch.all(w[~m.bool()] == 0)
+
+
+def test_whiten_matches_the_float64_reference_formula():
+    # NeMo-RL / verl: A = (A − μ)·rsqrt(σ²_unbiased + 1e-8), masked positions 0.
+    torch.manual_seed(3)
+    x = torch.randn(3, 9) * 0.01  # small σ, so the ε term is visible at float32 precision
+    m = (torch.rand(3, 9) > 0.3).float()
+    valid = x.double()[m.bool()]
+    expected = (x.double() - valid.mean()) * torch.rsqrt(valid.var(unbiased=True) + 1e-8) * m
+    torch.testing.assert_close(whiten(x, m).double(), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_token_level_rewards_on_last_response_token_with_kl():
     mask = torch.tensor([[0.0, 1, 1, 0], [0, 0, 1, 1]])
     kl = torch.full((2, 4), 0.5)

@@ -83,3 +83,35 @@ def test_experience_take_picks_rows_and_trims():
     part = exp.take(torch.tensor([0, 2, 4]))
     assert part.batch_size == 3 and part.input_ids.shape[1] == 3
     assert torch.equal(part.returns, exp.returns[[0, 2, 4], :3])
+
+
+def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
+    # docs/design.md "How step metrics aggregate minibatches and epochs". lr = 0 keeps the model fixed, so
+    # each minibatch's loss can be recomputed here; the two minibatches have different token counts.
+    from dtppo.metrics import mean_over
+
+    torch.manual_seed(2)
+    model = torch.nn.Linear(1, 1)
+    exp = _experience()
+    engine = TrainEngine(model, OptimizerConfig(lr=0.0, weight_decay=0.0), SchedulerConfig(), max_grad_norm=100.0)
+
+    def loss_fn(micro):
+        err = (model(micro.input_ids.unsqueeze(-1)).squeeze(-1) - micro.returns) ** 2
+        tokens = micro.response_mask
+        stats = {"err_sum": masked_sum(err, tokens), "err_max": torch.where(tokens.bool(), err, -torch.inf).max()}
+        return masked_sum(err, tokens), {k: v.detach() for k, v in stats.items()}
+
+    epochs = [engine.train(exp, loss_fn, global_batch=4, micro_batch=2) for _ in range(2)]
+    with torch.no_grad():
+        err = (model(exp.input_ids.unsqueeze(-1)).squeeze(-1) - exp.returns) ** 2 * exp.response_mask
+    per_minibatch = [err[i : i + 4].sum() / exp.response_mask[i : i + 4].sum() for i in (0, 4)]
+    assert exp.response_mask[:4].sum() != exp.response_mask[4:].sum()
+    # loss: mean over minibatches of each one's token mean; *_sum stats: token mean over the whole pass
+    torch.testing.assert_close(epochs[0]["loss"], torch.stack(per_minibatch).mean())
+    torch.testing.assert_close(epochs[0]["err"], err.sum() / exp.response_mask.sum())
+    torch.testing.assert_close(epochs[0]["err_max"], err.max())
+    # over epochs: extremes stay extremes, the rest is averaged
+    bumped = dict(epochs[1], err_max=epochs[1]["err_max"] + 1.0, loss=epochs[1]["loss"] + 2.0)
+    step = mean_over([epochs[0], bumped])
+    assert step["err_max"] == bumped["err_max"]
+    torch.testing.assert_close(step["loss"], epochs[0]["loss"] + 1.0)

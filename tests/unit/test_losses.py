@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from dtppo.algorithms.kl import kl_k1, kl_k2, kl_k3
@@ -26,7 +27,7 @@ def test_policy_loss_matches_float64_reference_asymmetric_and_dual_clip():
     adv = torch.randn(3, 6) * 2
     mask = (torch.rand(3, 6) > 0.2).float()
     for lo, hi, c in [(0.2, 0.2, None), (0.2, 0.28, None), (0.2, 0.2, 3.0), (0.1, 0.3, 1.5)]:
-        loss, stats = policy_loss(lp, old, adv, mask, lo, hi, c)
+        loss, stats = policy_loss(lp, old, adv, mask, lo, hi, c, gen_logprobs=old)
         assert abs(loss.item() - _policy_reference(lp, old, adv, mask, lo, hi, c)) < 1e-4
         assert stats["probs_ratio_clamped_min"] >= 1 - lo - 1e-6
         assert stats["probs_ratio_clamped_max"] <= 1 + hi + 1e-6
@@ -34,7 +35,8 @@ def test_policy_loss_matches_float64_reference_asymmetric_and_dual_clip():
 
 def test_policy_loss_gradient_sign_increases_advantaged_tokens():
     lp = torch.zeros(1, 2, requires_grad=True)
-    loss, _ = policy_loss(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), 0.2, 0.2)
+    loss, _ = policy_loss(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), 0.2, 0.2,
+                          gen_logprobs=torch.zeros(1, 2))
     loss.backward()
     assert lp.grad[0, 0] < 0 < lp.grad[0, 1]  # descent raises log π of the A>0 token, lowers the A<0 one
 
@@ -42,8 +44,8 @@ def test_policy_loss_gradient_sign_increases_advantaged_tokens():
 def test_policy_loss_in_loss_kl():
     lp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
     mask = torch.ones(1, 2)
-    base, _ = policy_loss(lp, lp, torch.zeros(1, 2), mask, 0.2, 0.2)
-    with_kl, _ = policy_loss(lp, lp, torch.zeros(1, 2), mask, 0.2, 0.2, None, ref, 0.1, "k3")
+    base, _ = policy_loss(lp, lp, torch.zeros(1, 2), mask, 0.2, 0.2, gen_logprobs=lp)
+    with_kl, _ = policy_loss(lp, lp, torch.zeros(1, 2), mask, 0.2, 0.2, None, ref, 0.1, "k3", gen_logprobs=lp)
     assert abs((with_kl - base).item() - 0.1 * kl_k3(lp, ref).sum().item()) < 1e-6
 
 
@@ -103,3 +105,60 @@ def test_vf_clipfrac_ignores_round_off_inside_the_clip_range():
     values = old + torch.randn(4, 50) * 1e-7  # the same critic, recomputed
     _, stats = value_loss(values, old, torch.randn(4, 50), torch.ones(4, 50), clip=0.5)
     assert stats["vf_clipfrac_sum"].item() == 0.0
+
+
+# ---- in-loss KL and approx_entropy against exact expectations over a small categorical distribution.
+# Each "sample" y is one token of a vocabulary of 5; the expectation over y ~ π_gen is a weighted sum over the
+# whole support, so the checks are exact (float64), not Monte Carlo.
+
+_PI_REF = torch.tensor([0.1, 0.3, 0.2, 0.25, 0.15], dtype=torch.float64)
+_PI_GEN = torch.tensor([0.3, 0.1, 0.25, 0.15, 0.2], dtype=torch.float64)
+_PI_OLD = torch.tensor([0.2, 0.2, 0.2, 0.2, 0.2], dtype=torch.float64)  # the trainer's recompute, off π_gen
+
+
+def _expected_over_generator(theta, stat, kl_estimator="k3", kl_coef=0.0, old=_PI_GEN):
+    """Σ_y π_gen(y)·f(y) for f = the loss (stat=None) or one statistic of policy_loss on the single token y."""
+    logp = torch.log_softmax(theta, dim=-1)
+    total = torch.zeros((), dtype=torch.float64)
+    for y in range(len(_PI_GEN)):
+        one = lambda t: t[y].reshape(1, 1)  # noqa: E731
+        loss, stats = policy_loss(
+            one(logp), one(old.log()), torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1), 0.2, 0.2,
+            None, one(_PI_REF.log()), kl_coef, kl_estimator, gen_logprobs=one(_PI_GEN.log()),
+        )
+        total = total + _PI_GEN[y] * (loss if stat is None else stats[stat])
+    return total
+
+
+def _exact_kl_gradient(theta):
+    """∇_θ KL(π_θ ‖ π_ref) in closed form, π_θ = softmax(θ)."""
+    theta = theta.detach().clone().requires_grad_(True)
+    pi = torch.softmax(theta, dim=-1)
+    (pi * (pi.log() - _PI_REF.log())).sum().backward()
+    return theta.grad
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("policy", ["on_generator", "moved"])
+@pytest.mark.parametrize("old", ["generator", "recomputed"])
+def test_in_loss_kl_gradient_is_the_reverse_kl_gradient(estimator, policy, old):
+    # π = π_gen (the first minibatch of a step) and π moved away from it (later minibatches and epochs);
+    # π_old = π_gen and π_old ≠ π_gen (the weight must come from the distribution that drew the samples).
+    moved = torch.tensor([0.5, -0.3, 0.2, -1.0, 0.4], dtype=torch.float64)
+    theta = (_PI_GEN.log() if policy == "on_generator" else moved).clone().requires_grad_(True)
+    old_probs = _PI_GEN if old == "generator" else _PI_OLD
+    _expected_over_generator(theta, None, estimator, kl_coef=1.0, old=old_probs).backward()
+    exact = _exact_kl_gradient(theta)
+    assert exact.abs().max() > 0.05  # π is far enough from π_ref that a wrong gradient shows
+    torch.testing.assert_close(theta.grad, exact, rtol=1e-10, atol=1e-12)
+
+
+def test_approx_entropy_is_the_policy_entropy_with_samples_from_the_generator():
+    theta = torch.tensor([0.5, -0.3, 0.2, -1.0, 0.4], dtype=torch.float64)
+    pi = torch.softmax(theta, dim=-1)
+    entropy = -(pi * pi.log()).sum()
+    got = _expected_over_generator(theta, "approx_entropy_sum", old=_PI_OLD)
+    torch.testing.assert_close(got, entropy, rtol=1e-12, atol=0.0)
+    # negative control: weighting by π/π_old instead (what a π_gen = π_old shortcut computes) is off here
+    wrong = (_PI_GEN * (pi / _PI_OLD) * -pi.log()).sum()
+    assert abs(wrong - entropy) > 0.05

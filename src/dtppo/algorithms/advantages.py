@@ -80,7 +80,10 @@ def length_adaptive_lambda(response_lengths: torch.Tensor, alpha: float) -> torc
 
 
 def whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked mean 0 / unbiased std 1 over valid positions; masked positions 0. x, mask: [B, T]."""
+    """Masked mean 0 / unbiased std 1 (``rsqrt(σ² + 1e-8)``, so no signal gives ≈ 0); masked positions 0.
+
+    x, mask: [B, T].
+    """
     return masked_whiten(x, mask)
 
 

@@ -2,6 +2,16 @@
 
 All take per-token log-probs ``logprobs, ref_logprobs: [B, T]`` and return ``[B, T]``. ``logr`` is clamped to
 ±20 and the output to ±10 so one extreme token cannot blow up a step.
+
+Which KL each option optimises (derivations in docs/design.md, "KL to the reference"). Samples y come from the
+generator π_gen; π is the policy being trained and ρ = π/π_gen.
+
+- In the loss (``loss.kl_in_reward=false``): :func:`kl_loss_surrogate`, whose expected gradient is exactly
+  ∇KL(π‖π_ref) (per token, given the prefix) for every estimator.
+- In the reward (``loss.kl_in_reward=true``): ``−β·k`` is a reward computed once from π_old and ascended
+  through the policy gradient. With k1 that is the gradient of the sequence-level KL(π‖π_ref) at π = π_old.
+  k2 and k3 as rewards are biased: their score-function gradient is not ∇KL (with k3 it is
+  ∇KL(π‖π_ref) − ∇KL(π_ref‖π), which vanishes to second order near π_ref).
 """
 
 from __future__ import annotations
@@ -30,6 +40,25 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     """k3 = r − 1 − log r, unbiased, low variance, non-negative."""
     logr = _log_ratio(logprobs, ref_logprobs)
     return (logr.exp() - 1.0 - logr).clamp(-_MAX_KL, _MAX_KL)
+
+
+def kl_loss_surrogate(
+    name: str, logprobs: torch.Tensor, gen_logprobs: torch.Tensor, ref_logprobs: torch.Tensor
+) -> torch.Tensor:
+    """Per-token in-loss KL term whose expected gradient over samples of π_gen is ∇KL(π‖π_ref).
+
+    logprobs: [B, T] log π (with grad); gen_logprobs: [B, T] log π_gen of the sampled tokens (the
+    distribution that drew them); ref_logprobs: [B, T] -> [B, T].
+    k1 and k3 are unbiased (E_π[k] = KL(π‖π_ref) for every π), so E_gen[ρ·k] *is* the KL and the whole
+    product is differentiated. k2 is biased, but its pathwise gradient E_π[∇k2] = E_π[log(π/π_ref)·∇log π]
+    is ∇KL, so its weight ρ is held constant. Per sample, k2 and k3 give the same gradient, ρ·log(π/π_ref)·∇log π;
+    k1 adds the zero-mean term ρ·∇log π (more variance). Without ρ (the samples treated as drawn from π),
+    k1's gradient is 0 in expectation and k3 descends KL(π_ref‖π) instead.
+    """
+    # ρ is clamped like the estimators' own log-ratio, so a token the generator found unlikely cannot blow up.
+    rho = torch.exp((logprobs - gen_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    estimate = kl_estimate(name, logprobs, ref_logprobs)
+    return (rho.detach() if name == "k2" else rho) * estimate
 
 
 def kl_estimate(name: str, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

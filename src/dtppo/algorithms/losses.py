@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from dtppo.algorithms.kl import kl_estimate
+from dtppo.algorithms.kl import kl_loss_surrogate
 from dtppo.ops import masked_max, masked_min, masked_sum
 
 
@@ -25,12 +25,17 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
+    *,
+    gen_logprobs: torch.Tensor,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip (Schulman et al. 2017, eq. 7) with asymmetric clip and dual clip (Ye et al. 2020).
 
     logprobs: [B, T] current log π (with grad); old_logprobs: [B, T] log π_old; advantages: [B, T];
-    mask: [B, T] response tokens; ref_logprobs: [B, T] or None for the optional in-loss KL.
+    mask: [B, T] response tokens; ref_logprobs: [B, T] or None for the optional in-loss KL;
+    gen_logprobs: [B, T] log π_gen recorded by the generator that drew the tokens.
     Per token: ``L = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high))``; for A < 0 and c > 1: ``min(L, −c·A)``.
+    The in-loss KL is :func:`~dtppo.algorithms.kl.kl_loss_surrogate` (expected gradient ∇KL(π‖π_ref)).
+    ``approx_entropy`` estimates H(π) from samples of π_gen: E_gen[−(π/π_gen)·log π] = H(π).
     """
     ratio = torch.exp(logprobs - old_logprobs)
     ratio_clamped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -46,11 +51,12 @@ def policy_loss(
         "probs_ratio_clamped_min": masked_min(ratio_clamped, mask),
         "probs_ratio_clamped_max": masked_max(ratio_clamped, mask),
         "clipfrac_sum": masked_sum((loss_clipped > loss_unclipped).float(), mask),
-        "approx_entropy_sum": masked_sum(-ratio * logprobs, mask),
+        "approx_entropy_sum": masked_sum(-torch.exp(logprobs - gen_logprobs) * logprobs, mask),
     }
     if ref_logprobs is not None and kl_coef > 0.0:
         # Logged once per step from the rollout (train/kl_penalty), not per microbatch here.
-        loss = loss + kl_coef * masked_sum(kl_estimate(kl_estimator, logprobs, ref_logprobs), mask)
+        kl = kl_loss_surrogate(kl_estimator, logprobs, gen_logprobs, ref_logprobs)
+        loss = loss + kl_coef * masked_sum(kl, mask)
     return loss, {k: v.detach() for k, v in stats.items()}
 
 

@@ -6,7 +6,9 @@ spawned. Ranks form the torch.distributed group over their node addresses (gloo 
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import socket
 import time
 from collections import Counter
@@ -67,8 +69,14 @@ class RayWorkerGroup:
         if self._started_ray:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             if address is None:
-                # A private local instance: loopback only, no auth-token file, session files under the run.
-                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+                # A private local instance, session files under the run. Its GCS and raylet listen on every
+                # interface (Ray has no loopback-only option; the node IP is only the address it advertises), so
+                # it keeps the token auth Ray (>= 2.59) turns on for local instances, with a fresh random token:
+                # the processes Ray starts inherit it from this environment, and it is never written to disk.
+                # RAY_AUTH_MODE stays as the user set it (Ray has read it already). Ray's notice about its
+                # default ends "set RAY_AUTH_MODE=disabled to opt out", which is not advice to give here.
+                os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+                logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
                 ray.init(num_cpus=max(world_size, os.cpu_count() or 1), include_dashboard=False,
                          _node_ip_address="127.0.0.1", _temp_dir=str(Path(temp_dir).resolve()),
                          log_to_driver=True)

@@ -106,6 +106,7 @@ class PolicyWorker(Worker):
             logprobs, micro.old_logprobs, micro.advantages, micro.response_mask,
             loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,
             micro.ref_logprobs, 0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef, loss_cfg.kl_estimator,
+            gen_logprobs=micro.gen_logprobs,
         )
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
