@@ -573,16 +573,18 @@ def _check_inputs_exist(cfg: Config) -> None:
     for key, path in [("policy.model.path", cfg.policy.model.path), ("value.model.path", cfg.value.model.path)]:
         _require(path is None or Path(path).is_dir() or bool(_HUB_ID.fullmatch(path)), key,
                  f"no such model directory (nor a hub name like org/model): {path}")
+        _require(path is None or not Path(path).is_dir() or (Path(path) / "config.json").is_file(), key,
+                 f"{path} is not an HF model directory (no config.json)")
 
 
 def dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:
     """How ``data.*.path`` is read: a jsonl file, a ``save_to_disk`` directory, a hub dataset id, or None
-    (nothing there, and not shaped like an id)."""
+    (nothing there, and not shaped like an id: a missing ``*.jsonl`` is a missing file)."""
     if Path(path).is_file():
         return "jsonl"
     if Path(path).is_dir():
         return "disk"
-    return "hub" if _HUB_ID.fullmatch(path) else None
+    return "hub" if _HUB_ID.fullmatch(path) and not path.endswith(".jsonl") else None
 
 
 def _check_dataset(key: str, dataset: DatasetConfig) -> None:

@@ -3,14 +3,16 @@
 ``datasets`` is imported only here, when a recipe names such a source (``pip install 'dtppo[hf]'``). Rows go
 through the same parsing and bad-row policy as jsonl lines (``gsm8k.collect_rows``); a row is located as
 ``<path>[<split>] row <index>``. Any failure to open the source (a hub id without network, an unknown config
-or split) is one ``DataError`` naming the key: with ``HF_HUB_OFFLINE=1`` / ``HF_DATASETS_OFFLINE=1`` the
-library fails at once instead of retrying.
+or split) is one ``DataError`` naming the key. Without network the hub client gives up after its retries
+(~25 s); with ``HF_HUB_OFFLINE=1`` / ``HF_DATASETS_OFFLINE=1`` it fails at once.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,19 @@ def _rows(dataset: Any, where: str) -> Iterator[tuple[str, dict]]:
         yield f"{where} row {index}", row
 
 
+@contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """Errors only from ``logger_name`` meanwhile: without network the hub client retries 5 times over ~25 s
+    and warns on each, and the one line we raise afterwards says it all."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _open(key: str, source: DatasetConfig) -> Any:
     try:
         import datasets
@@ -50,7 +65,8 @@ def _open(key: str, source: DatasetConfig) -> Any:
         if Path(source.path).is_dir():
             loaded = datasets.load_from_disk(source.path)
             return loaded[source.split] if source.split is not None else loaded
-        return datasets.load_dataset(source.path, source.hf_config, split=source.split)
+        with _quiet("huggingface_hub"):
+            return datasets.load_dataset(source.path, source.hf_config, split=source.split)
     # The library's failures have many types (network, cache, unknown config or split): each becomes one line.
     except Exception as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
