@@ -9,6 +9,7 @@ with the full dotted key path, and cross-field rules are checked once here so no
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import re
@@ -507,8 +508,8 @@ def _check(cfg: Config) -> None:
                  "required when data.task is gsm8k")
     for key, name in [("logger.wandb.project", cfg.logger.wandb.project),
                       ("logger.mlflow.experiment", cfg.logger.mlflow.experiment),
-                      ("logger.mlflow.tracking_uri", cfg.logger.mlflow.tracking_uri or "-")]:
-        _require(name.strip() != "", key, "must not be empty")
+                      ("logger.mlflow.tracking_uri", cfg.logger.mlflow.tracking_uri)]:
+        _require(name is None or name.strip() != "", key, "must not be empty")
 
 
 def _check_schedules_and_sft(cfg: Config) -> None:
@@ -577,7 +578,7 @@ def _check_inputs_exist(cfg: Config) -> None:
                  f"{path} is not an HF model directory (no config.json)")
 
 
-def dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:
+def _dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:
     """How ``data.*.path`` is read: a jsonl file, a ``save_to_disk`` directory, a hub dataset id, or None
     (nothing there, and not shaped like an id: a missing ``*.jsonl`` is a missing file)."""
     if Path(path).is_file():
@@ -589,7 +590,7 @@ def dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:
 
 def _check_dataset(key: str, dataset: DatasetConfig) -> None:
     """A data source exists and its HF keys fit it; a DatasetDict's splits are read from its index file."""
-    kind = dataset_kind(dataset.path)
+    kind = _dataset_kind(dataset.path)
     _require(kind is not None, f"{key}.path",
              f"file not found: {dataset.path} (nor a dataset directory, nor a hub dataset id like org/name)")
     _require(dataset.hf_config is None or kind == "hub", f"{key}.hf_config", f"only for a hub dataset id, and "
@@ -601,6 +602,9 @@ def _check_dataset(key: str, dataset: DatasetConfig) -> None:
     if kind == "disk":
         index = Path(dataset.path) / "dataset_dict.json"
         splits = json.loads(index.read_text())["splits"] if index.is_file() else None
+        _require(splits is not None or (Path(dataset.path) / "state.json").is_file(), f"{key}.path",
+                 f"{dataset.path} is not a dataset directory written by save_to_disk (no dataset_dict.json or "
+                 f"state.json)")
         _require(splits is None or dataset.split in splits, f"{key}.split",
                  f"{dataset.path} holds the splits {splits}: name one of them, got {dataset.split!r}")
         _require(splits is not None or dataset.split is None, f"{key}.split",
@@ -616,8 +620,6 @@ def _check_optional_packages(cfg: Config) -> None:
 
 def _require_package(module: str, key: str, extra: str) -> None:
     """``module`` can be imported (found without importing it: that can take seconds)."""
-    import importlib.util
-
     _require(importlib.util.find_spec(module) is not None, key,
              f"needs the {module} package: pip install 'dtppo[{extra}]'")
 

@@ -17,12 +17,12 @@ from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.evaluation import decode_responses, evaluate
 from dtppo.logging import MetricsLogger
-from dtppo.trackers import open_trackers
 from dtppo.metrics import mean_over, to_floats
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min
 from dtppo.rewards.scoring import RewardScorer
 from dtppo.rollout.sampler import SamplingParams, stream_key
+from dtppo.trackers import open_trackers
 from dtppo.types import Experience
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.placement import Placement

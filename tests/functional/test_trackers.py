@@ -44,7 +44,8 @@ def _run(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
                MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true")
     env.pop("WANDB_API_KEY", None)
     args = ["ppo", TINY, *FAST, *SMALL, "ppo.init_from_sft=false", f"ppo.max_num_steps={steps}",
-            "ppo.val_period=2", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt", "checkpointing.save_period=2",
+            "ppo.val_period=2", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt",
+            "checkpointing.save_period=2",
             *TRACKER_KEYS, f"logger.mlflow.tracking_uri={(tmp_path / 'mlruns').as_uri()}"]
     proc = subprocess.run([*_isolated(), sys.executable, "-m", "dtppo", *map(str, args)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -72,7 +73,9 @@ def _wandb_history(run_file: Path) -> dict[int, dict]:
     return history
 
 
-def test_wandb_and_mlflow_hold_the_metrics_jsonl_records_and_resume_continues_the_runs(tmp_path):
+def test_wandb_and_mlflow_hold_the_metrics_jsonl_records_and_resume_continues_the_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reader here, as for the runs
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     _run(tmp_path, 2)
     first_ids = json.loads((tmp_path / "log/trackers.json").read_text())
     proc = _run(tmp_path, 3)

@@ -122,6 +122,12 @@ def test_a_single_dataset_has_no_splits_and_a_hub_id_needs_one(saved):
                                f"data.validation.path={saved['jsonl']}"])
 
 
+def test_a_directory_that_is_not_a_saved_dataset_is_refused(datasets, tmp_path):
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(ConfigError, match=r"^data\.train\.path: .*notes is not a dataset directory written by "):
+        _load(tmp_path / "notes")
+
+
 @pytest.mark.parametrize("overrides, key, extra", [
     (["data.task=gsm8k", "data.train.path=openai/gsm8k", "data.train.split=train"], "data.train.path", "hf"),
     (["logger.wandb.enabled=true"], "logger.wandb.enabled", "wandb"),
