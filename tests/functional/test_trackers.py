@@ -2,8 +2,8 @@
 each library's own reader; a resumed run (2 steps, then on to 3) continues the same W&B and MLflow runs.
 
 Nothing may reach a network: W&B runs offline and MLflow's telemetry is off; where the machine allows it
-the CLI runs in a network namespace of its own (``unshare -rn``) with only loopback up, so a connection
-attempt would fail the run instead of passing unnoticed."""
+the CLI runs in a network namespace of its own (``unshare -rn``) with only loopback up, so whatever the
+libraries try, nothing leaves the machine (and the runs must finish without it)."""
 
 from __future__ import annotations
 
