@@ -1,16 +1,22 @@
-"""``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes exit 2 with one line naming the key; a run
-stopped by non-finite numbers exits 3 and one stopped by a checkpoint fault exits 4, each with one line."""
+"""``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes and unusable inputs (data, checkpoint or
+model directories, log directories) exit 2 with one line naming the key or path; a run stopped by non-finite
+numbers exits 3 and one stopped by a checkpoint fault exits 4, each with one line. ``DTPPO_DEBUG=1`` adds the
+traceback above that line."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import functools
+import os
 import sys
+import traceback
 from pathlib import Path
 
 from dtppo import config as config_lib
-from dtppo.faults import CheckpointError, NonFiniteError, RunStopped
+from dtppo.faults import CheckpointError, InputError, NonFiniteError, RunStopped
+
+DEBUG_ENV = "DTPPO_DEBUG"
 
 
 def _load(args: argparse.Namespace) -> config_lib.Config:
@@ -25,6 +31,7 @@ def _load(args: argparse.Namespace) -> config_lib.Config:
         if cfg.cluster.backend == "ray" and under_torchrun():
             raise config_lib.ConfigError("cluster.backend: ray starts its own ranks; do not run it under torchrun")
     except config_lib.ConfigError as err:
+        _debug_traceback(err)
         print(f"dtppo: config error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     return cfg
@@ -45,7 +52,7 @@ def cmd_ppo(args: argparse.Namespace) -> None:
     sft_results = {}
     if cfg.ppo.init_from_sft and not sft_is_done(cfg):
         if under_torchrun():
-            raise SystemExit(f"dtppo: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
+            raise InputError(f"sft.output_dir: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
         print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
         sft_results = run_sft(cfg)
     group = _worker_group(cfg)
@@ -53,7 +60,8 @@ def cmd_ppo(args: argparse.Namespace) -> None:
         group.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
     except Exception as err:
         # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
-        if getattr(err, "exit_code", None) in (NonFiniteError.exit_code, CheckpointError.exit_code):
+        if getattr(err, "exit_code", None) in (InputError.exit_code, NonFiniteError.exit_code,
+                                               CheckpointError.exit_code):
             raise SystemExit(err.exit_code) from None
         raise
     finally:
@@ -111,16 +119,28 @@ def _report(err: RunStopped) -> None:
     from dtppo.distributed.comm import rank, world_size
 
     where = f" (rank {rank()})" if world_size() > 1 else ""
+    _debug_traceback(err)
     print(f"dtppo: error{where}: {err}", file=sys.stderr, flush=True)
+
+
+def _debug_traceback(err: BaseException) -> None:
+    if os.environ.get(DEBUG_ENV) == "1":
+        traceback.print_exception(err, file=sys.stderr)
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
     from dtppo.evaluation import evaluate
+    from dtppo.sft import sft_is_done
     from dtppo.trainer import PPOTrainer
 
     cfg = _load(args)
+    if cfg.ppo.init_from_sft and not sft_is_done(cfg):
+        raise InputError(f"sft.output_dir: no SFT model at {cfg.sft.output_dir} (ppo.init_from_sft is true): "
+                         f"run `dtppo sft` first")
     trainer = PPOTrainer(cfg)
     trainer.maybe_resume()
+    if trainer.steps_done == 0:
+        print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scoring the starting policy", flush=True)
     result = trainer.policy.run(lambda p: evaluate(p.rollout_model, trainer.tokenizer, trainer.validation_problems,
                                                    cfg, trainer.steps_done))
     print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,

@@ -9,6 +9,8 @@ with the full dotted key path, and cross-field rules are checked once here so no
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
 import math
 import re
 import sys
@@ -258,6 +260,12 @@ class DatasetConfig:
 
     path: str | None = None
     """A GSM8K jsonl file (train: the training rows; validation: the first ``ppo.max_val_samples`` rows)."""
+    hf_config: str | None = None
+    """The configuration (subset) of a hub dataset id in ``path``, e.g. ``main`` for ``openai/gsm8k``; only
+    for hub ids."""
+    split: str | None = None
+    """The split to read from an HF dataset: required for a hub id and for a ``save_to_disk`` directory that
+    holds several splits (a DatasetDict); not for a jsonl file."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,6 +336,41 @@ class RewardConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WandbConfig:
+    """Weights & Biases logging of the PPO run's metrics."""
+
+    enabled: bool = False
+    """Send the PPO run's metrics.jsonl records (same names and steps) to Weights & Biases from rank 0; needs
+    ``pip install 'dtppo[wandb]'``. A resumed run continues the W&B run whose id the checkpoint holds."""
+    project: str = "dtppo"
+    """The W&B project the run is created in."""
+    entity: str | None = None
+    """The W&B team or user; null: the account's default entity."""
+    run_name: str | None = None
+    """The run's display name; null: W&B picks one."""
+    mode: Literal["online", "offline"] = "online"
+    """online: stream to the W&B server; offline: write the run under ``<log_dir>/wandb`` only (upload it
+    later with ``wandb sync``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowConfig:
+    """MLflow logging of the PPO run's metrics."""
+
+    enabled: bool = False
+    """Send the PPO run's metrics.jsonl records (same names and steps) to MLflow from rank 0; needs
+    ``pip install 'dtppo[mlflow]'``. A resumed run continues the MLflow run whose id the checkpoint holds."""
+    tracking_uri: str | None = None
+    """Where runs are stored: a tracking server (``http://host:5000``), a database (``sqlite:///mlflow.db``,
+    needs the full ``mlflow`` package) or a directory (``file:/path``, which MLflow 3 opens only with
+    ``MLFLOW_ALLOW_FILE_STORE=true``); null: MLflow's own choice (``MLFLOW_TRACKING_URI``, else its default)."""
+    experiment: str = "dtppo"
+    """The MLflow experiment the run is created in (created if missing)."""
+    run_name: str | None = None
+    """The run's name; null: MLflow picks one."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoggerConfig:
     """Metrics output."""
 
@@ -337,6 +380,10 @@ class LoggerConfig:
     """Write TensorBoard events too."""
     progress: bool = True
     """One console line per step with ETA."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases logging (off by default)."""
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    """MLflow logging (off by default)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -477,6 +524,7 @@ def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Con
     cfg = _build(Config, tree, path="")
     _check(cfg)
     _check_inputs_exist(cfg)
+    _check_optional_packages(cfg)
     _warn_unusual(cfg)
     return cfg
 
@@ -669,6 +717,10 @@ def _check(cfg: Config) -> None:
         _require(cfg.data.train.path is not None, "data.train.path", "required when data.task is gsm8k")
         _require(cfg.data.validation.path is not None, "data.validation.path",
                  "required when data.task is gsm8k")
+    for key, name in [("logger.wandb.project", cfg.logger.wandb.project),
+                      ("logger.mlflow.experiment", cfg.logger.mlflow.experiment),
+                      ("logger.mlflow.tracking_uri", cfg.logger.mlflow.tracking_uri)]:
+        _require(name is None or name.strip() != "", key, "must not be empty")
 
 
 def _check_schedules_and_sft(cfg: Config) -> None:
@@ -728,11 +780,59 @@ def _check_inputs_exist(cfg: Config) -> None:
     """Input files and directories named by a recipe exist: a typo fails here, before any compute. Only
     ``load`` checks this: ``from_dict`` rebuilds saved configs wherever they are read (``dtppo export``)."""
     if cfg.data.task == "gsm8k":
-        for key, path in [("data.train.path", cfg.data.train.path), ("data.validation.path", cfg.data.validation.path)]:
-            _require(Path(path).is_file(), key, f"file not found: {path}")
+        for key, dataset in [("data.train", cfg.data.train), ("data.validation", cfg.data.validation)]:
+            _check_dataset(key, dataset)
     for key, path in [("policy.model.path", cfg.policy.model.path), ("value.model.path", cfg.value.model.path)]:
         _require(path is None or Path(path).is_dir() or bool(_HUB_ID.fullmatch(path)), key,
                  f"no such model directory (nor a hub name like org/model): {path}")
+        _require(path is None or not Path(path).is_dir() or (Path(path) / "config.json").is_file(), key,
+                 f"{path} is not an HF model directory (no config.json)")
+
+
+def _dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:
+    """How ``data.*.path`` is read: a jsonl file, a ``save_to_disk`` directory, a hub dataset id, or None
+    (nothing there, and not shaped like an id: a missing ``*.jsonl`` is a missing file)."""
+    if Path(path).is_file():
+        return "jsonl"
+    if Path(path).is_dir():
+        return "disk"
+    return "hub" if _HUB_ID.fullmatch(path) and not path.endswith(".jsonl") else None
+
+
+def _check_dataset(key: str, dataset: DatasetConfig) -> None:
+    """A data source exists and its HF keys fit it; a DatasetDict's splits are read from its index file."""
+    kind = _dataset_kind(dataset.path)
+    _require(kind is not None, f"{key}.path",
+             f"file not found: {dataset.path} (nor a dataset directory, nor a hub dataset id like org/name)")
+    _require(dataset.hf_config is None or kind == "hub", f"{key}.hf_config", f"only for a hub dataset id, and "
+             f"{dataset.path} is a local {'file' if kind == 'jsonl' else 'directory'}")
+    _require(dataset.split is None or kind != "jsonl", f"{key}.split", f"{dataset.path} is a jsonl file: no splits")
+    if kind != "jsonl":
+        _require_package("datasets", f"{key}.path", "hf")
+    _require(dataset.split is not None or kind != "hub", f"{key}.split", f"required for hub dataset {dataset.path}")
+    if kind == "disk":
+        index = Path(dataset.path) / "dataset_dict.json"
+        splits = json.loads(index.read_text())["splits"] if index.is_file() else None
+        _require(splits is not None or (Path(dataset.path) / "state.json").is_file(), f"{key}.path",
+                 f"{dataset.path} is not a dataset directory written by save_to_disk (no dataset_dict.json or "
+                 f"state.json)")
+        _require(splits is None or dataset.split in splits, f"{key}.split",
+                 f"{dataset.path} holds the splits {splits}: name one of them, got {dataset.split!r}")
+        _require(splits is not None or dataset.split is None, f"{key}.split",
+                 f"{dataset.path} holds a single dataset: no splits")
+
+
+def _check_optional_packages(cfg: Config) -> None:
+    if cfg.logger.wandb.enabled:
+        _require_package("wandb", "logger.wandb.enabled", "wandb")
+    if cfg.logger.mlflow.enabled:
+        _require_package("mlflow", "logger.mlflow.enabled", "mlflow")
+
+
+def _require_package(module: str, key: str, extra: str) -> None:
+    """``module`` can be imported (found without importing it: that can take seconds)."""
+    _require(importlib.util.find_spec(module) is not None, key,
+             f"needs the {module} package: pip install 'dtppo[{extra}]'")
 
 
 def _check_optimizer(key: str, opt: OptimizerConfig) -> None:

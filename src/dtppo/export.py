@@ -6,6 +6,7 @@ from pathlib import Path
 
 from dtppo import checkpoint
 from dtppo import config as config_lib
+from dtppo.faults import InputError
 from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
@@ -16,9 +17,11 @@ def resolve_step_dir(path: str | Path) -> Path:
     path = Path(path)
     if checkpoint.is_step_dir(path):
         return path
+    if not path.is_dir():
+        raise InputError(f"{path}: no such checkpoint directory")
     step = checkpoint.latest_step(path)
     if step is None:
-        raise FileNotFoundError(f"no checkpoint (step_N/) under {path}")
+        raise InputError(f"{path}: no checkpoint (step_N/) in this directory")
     return path / f"step_{step}"
 
 

@@ -1,7 +1,7 @@
 """Faults that stop a run, and the test hooks that provoke them on purpose.
 
 A run stops with a ``RunStopped`` subclass when continuing would waste compute or lose data; the CLI turns
-it into one line on stderr and a dedicated exit code (``exit_code``), never a traceback.
+it into one line on stderr and a dedicated exit code (``exit_code``); a traceback only with ``DTPPO_DEBUG=1``.
 
 Test hooks are environment variables, so they reach every rank a launcher starts and need no config key.
 They are read when used and do nothing when unset (the normal case):
@@ -27,6 +27,13 @@ class RunStopped(RuntimeError):
     """The run cannot usefully continue; ``str(err)`` is the one-line explanation for the user."""
 
     exit_code = 1
+
+
+class InputError(RunStopped):
+    """An input the user named (data, checkpoint, model directory, log directory) is missing or unusable;
+    the message names the config key or the path."""
+
+    exit_code = 2
 
 
 class NonFiniteError(RunStopped):

@@ -1,4 +1,5 @@
-"""Metrics sinks: JSONL (flushed every step), TensorBoard, and a one-line-per-step console progress with ETA."""
+"""Metrics sinks: JSONL (flushed every step), TensorBoard, the optional W&B / MLflow trackers, and a
+one-line-per-step console progress with ETA."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dtppo.faults import InputError
+
+if TYPE_CHECKING:
+    from dtppo.trackers import Tracker
 
 CONSOLE_KEYS = [
     ("sft/loss", "loss"),
@@ -21,17 +29,19 @@ CONSOLE_KEYS = [
 
 
 class MetricsLogger:
-    """Writes ``<log_dir>/metrics.jsonl`` (one object per step with "step") and TensorBoard events there.
+    """Writes ``<log_dir>/metrics.jsonl`` (one object per step with "step") and TensorBoard events there, and
+    hands every record to ``trackers`` (see ``dtppo.trackers``) with the same names and step.
 
     On resume, pass ``resume_step``: lines of later steps (written after the last checkpoint, before a
     crash) are dropped so the file holds each step once.
     """
 
     def __init__(self, log_dir: str | Path, total_steps: int, tensorboard: bool = True, progress: bool = True,
-                 resume_step: int = 0, enabled: bool = True):
+                 resume_step: int = 0, enabled: bool = True, trackers: Sequence[Tracker] = ()):
         self.enabled = enabled
         if not enabled:  # non-zero ranks of a multi-rank run
             return
+        self.trackers = list(trackers)
         self.dir = Path(log_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
@@ -73,6 +83,8 @@ class MetricsLogger:
             for name, value in metrics.items():
                 self.writer.add_scalar(name, value, step)
             self.writer.flush()
+        for tracker in self.trackers:
+            tracker.log(step, metrics)
         if self.progress:
             print(self._progress_line(step, metrics), file=sys.stdout, flush=True)
 
@@ -85,12 +97,15 @@ class MetricsLogger:
         shown = " ".join(f"{short} {metrics[key]:.3f}" for key, short in CONSOLE_KEYS if key in metrics)
         return f"step {step:>4}/{self.total_steps} [{bar}] {shown} | {per_step:.2f}s/step ETA {_duration(eta)}"
 
-    def close(self) -> None:
+    def close(self, ok: bool = True) -> None:
+        """``ok``: the run ended normally (trackers mark their run finished, else failed)."""
         if not self.enabled:
             return
         self.file.close()
         if self.writer is not None:
             self.writer.close()
+        for tracker in self.trackers:
+            tracker.close(ok)
 
 
 def _duration(seconds: float) -> str:
@@ -101,4 +116,6 @@ def _duration(seconds: float) -> str:
 def read_metrics(log_dir: str | Path) -> list[dict]:
     """All records of ``<log_dir>/metrics.jsonl``."""
     path = Path(log_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise InputError(f"{log_dir}: no metrics.jsonl (not a dtppo log directory)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

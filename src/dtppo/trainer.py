@@ -22,6 +22,7 @@ from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min
 from dtppo.rewards.scoring import RewardScorer
 from dtppo.rollout.sampler import SamplingParams, stream_key
+from dtppo.trackers import open_trackers
 from dtppo.types import Experience
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.placement import Placement
@@ -63,6 +64,7 @@ class PPOTrainer:
         if is_main_rank():
             for note in batch_clamp_notes(cfg):
                 print(note, flush=True)
+        self.tracker_runs: dict[str, str] = {}  # rank 0: W&B / MLflow run ids, continued on resume
 
     # ------------------------------------------------------------------------------------------ one step
 
@@ -189,9 +191,12 @@ class PPOTrainer:
         cfg = self.cfg
         self.maybe_resume()
         # Every rank runs the same loop; rank 0 alone writes logs (all metrics are already reduced).
+        trackers = open_trackers(cfg.logger, cfg.to_dict(), self.tracker_runs) if is_main_rank() else []
+        self.tracker_runs = {t.name: t.run_id for t in trackers}
         logger = MetricsLogger(cfg.logger.log_dir, cfg.ppo.max_num_steps, cfg.logger.tensorboard,
-                               cfg.logger.progress, resume_step=self.steps_done, enabled=is_main_rank())
-        history = []
+                               cfg.logger.progress, resume_step=self.steps_done, enabled=is_main_rank(),
+                               trackers=trackers)
+        history, finished = [], False
         try:
             if self.steps_done == 0 and cfg.ppo.val_at_start:
                 logger.log(0, self.validate())
@@ -204,8 +209,9 @@ class PPOTrainer:
                 history.append(metrics)
                 if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last):
                     self.save()
+            finished = True
         finally:
-            logger.close()
+            logger.close(finished)
             if self.scorer is not None:
                 self.scorer.close()
         return history
@@ -219,6 +225,7 @@ class PPOTrainer:
             "loader": self.loader.state_dict(),
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
+            "trackers": self.tracker_runs,
         }
         ckpt = self.cfg.checkpointing
         return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, sharded, replicated, self.cfg.to_dict(),
@@ -243,5 +250,6 @@ class PPOTrainer:
         self.loader.load_state_dict(replicated["loader"])
         checkpoint.set_rng_state(replicated["rng"])
         self.steps_done = int(replicated["steps_done"])
+        self.tracker_runs = replicated.get("trackers", {})  # absent in checkpoints written before trackers
         if is_main_rank():
             print(f"resumed from {ckpt.checkpoint_dir}/step_{step}", flush=True)

@@ -88,6 +88,15 @@ BAD_OVERRIDES = [
     ("missing file", [*GSM8K, "data.validation.path=missing/test.jsonl"], "data.validation.path"),
     ("missing file", ["policy.model.path=/nonexistent/model"], "policy.model.path"),
     ("missing file", ["value.model.path=./missing-critic"], "value.model.path"),
+    ("missing file", [*GSM8K, "data.train.path=data/missing.jsonl"], "data.train.path"),
+    ("not a model", [f"policy.model.path={REPO / 'recipes'}"], "policy.model.path"),
+    ("hf keys", [*GSM8K, "data.train.split=train"], "data.train.split"),
+    ("hf keys", [*GSM8K, "data.validation.hf_config=main"], "data.validation.hf_config"),
+    ("trackers", ["logger.wandb.mode=cloud"], "logger.wandb.mode"),
+    ("trackers", ["logger.wandb.enabled=maybe"], "logger.wandb.enabled"),
+    ("trackers", ["logger.wandb.project=''"], "logger.wandb.project"),
+    ("trackers", ["logger.mlflow.experiment=' '"], "logger.mlflow.experiment"),
+    ("trackers", ["logger.mlflow.tracking_uri=''"], "logger.mlflow.tracking_uri"),
 ]
 
 

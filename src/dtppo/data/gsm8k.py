@@ -1,9 +1,10 @@
-"""GSM8K jsonl loader: ``{"question", "answer"}`` rows, final answer after ``####``.
+"""GSM8K rows ``{"question", "answer"}`` (final answer after ``####``) from a jsonl file or any row source.
 
 A bad row can never reach a training step: it is counted by reason and skipped (``on_bad_row="skip"``, the
-default), or refused with a ``DataError`` naming the file and line (``"error"``). Bad rows are: not JSON, not
-an object, a missing/empty/non-string question or answer, no ``####`` line, an empty or non-numeric final
-answer (a reference the reward could never match), and a prompt longer than ``max_prompt_tokens``.
+default), or refused with a ``DataError`` naming the file and line, or the dataset row (``"error"``). Bad rows
+are: not JSON, not an object, a missing/empty/non-string question or answer, no ``####`` line, an empty or
+non-numeric final answer (a reference the reward could never match), and a prompt longer than
+``max_prompt_tokens``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import collections
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dtppo.data.problem import Problem
+from dtppo.faults import InputError
 from dtppo.rewards.math import extract_gsm8k_answer
 
 log = logging.getLogger(__name__)
@@ -26,8 +28,8 @@ log = logging.getLogger(__name__)
 _NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
 
 
-class DataError(ValueError):
-    """A data file is unusable; the message names the file (and the line, for a bad row)."""
+class DataError(InputError, ValueError):
+    """A data source is unusable; the message names the file or dataset (and the row, for a bad row)."""
 
 
 @dataclass(frozen=True)
@@ -53,35 +55,49 @@ def read_gsm8k(path: str | Path, limit: int | None = None,
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GSM8K file not found: {path}")
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        rows = ((f"{path}:{lineno}", _decode(line)) for lineno, line in enumerate(fh, start=1) if line.strip())
+        return collect_rows(rows, str(path), limit, rules)
+
+
+def collect_rows(rows: Iterable[tuple[str, Any]], source: str, limit: int | None,
+                 rules: RowRules) -> tuple[list[Problem], collections.Counter]:
+    """(usable problems, bad-row count per reason) of ``(where, row)`` pairs: ``where`` locates a row in its
+    source for the error message (``file:line``), ``row`` is its decoded value (``INVALID_JSON`` if none)."""
     problems: list[Problem] = []
     bad: collections.Counter = collections.Counter()
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            problem, reason = _parse_row(line, rules)
-            if reason is not None:
-                if rules.on_bad_row == "error":
-                    raise DataError(f"{path}:{lineno}: bad GSM8K row ({reason}); fix it, or set "
-                                    f"data.on_bad_row=skip to skip such rows")
-                bad[reason] += 1
-                continue
-            problems.append(problem)
-            if limit is not None and len(problems) == limit:
-                break
-    if bad:
-        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(bad.items()))
-        log.warning("%s: skipped %d bad rows (%s)", path, sum(bad.values()), reasons)
+    for where, row in rows:
+        problem, reason = _parse_row(row, rules)
+        if reason is not None:
+            if rules.on_bad_row == "error":
+                raise DataError(f"{where}: bad GSM8K row ({reason}); fix it, or set "
+                                f"data.on_bad_row=skip to skip such rows")
+            bad[reason] += 1
+            continue
+        problems.append(problem)
+        if limit is not None and len(problems) == limit:
+            break
+    reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(bad.items()))
     if not problems:
-        raise DataError(f"{path}: no usable rows ({sum(bad.values())} bad)")
+        raise DataError(f"{source}: no usable rows ({sum(bad.values())} bad{': ' if bad else ''}{reasons})")
+    if bad:
+        log.warning("%s: skipped %d bad rows (%s)", source, sum(bad.values()), reasons)
     return problems, bad
 
 
-def _parse_row(line: str, rules: RowRules) -> tuple[Problem | None, str | None]:
-    """(problem, None) for a good row, (None, reason) for a bad one."""
+INVALID_JSON = object()  # the decoded value of a line that is not JSON
+
+
+def _decode(line: str) -> Any:
     try:
-        row = json.loads(line)
+        return json.loads(line)
     except json.JSONDecodeError:
+        return INVALID_JSON
+
+
+def _parse_row(row: Any, rules: RowRules) -> tuple[Problem | None, str | None]:
+    """(problem, None) for a good row, (None, reason) for a bad one."""
+    if row is INVALID_JSON:
         return None, "invalid_json"
     if not isinstance(row, dict):
         return None, "not_an_object"

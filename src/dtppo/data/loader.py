@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from dtppo.config import Config
+from dtppo.config import Config, DatasetConfig
 from dtppo.data.gsm8k import RowRules, load_gsm8k
 from dtppo.data.problem import Problem
 from dtppo.data.tiny_math import TinyMathStream, validation_set
@@ -64,11 +65,20 @@ def build_sources(cfg: Config, careless_fraction: float = 0.0, tokenizer: PreTra
     if data.task == "gsm8k":
         rules = RowRules(data.on_bad_row, data.max_prompt_tokens,
                          None if tokenizer is None else _prompt_length(tokenizer, data.system_prompt))
-        return (load_gsm8k(data.train.path, rules=rules),
-                load_gsm8k(data.validation.path, limit=cfg.ppo.max_val_samples, rules=rules))
+        return (load_problems("data.train", data.train, None, rules),
+                load_problems("data.validation", data.validation, cfg.ppo.max_val_samples, rules))
     validation = validation_set(data.tiny_math, cfg.ppo.max_val_samples)
     exclude = {p.question for p in validation}
     return TinyMathStream(data.tiny_math, cfg.ppo.seed, careless_fraction, exclude), validation
+
+
+def load_problems(key: str, source: DatasetConfig, limit: int | None, rules: RowRules) -> list[Problem]:
+    """The usable GSM8K problems of a jsonl file or an HF dataset (config key ``key``, e.g. ``data.train``)."""
+    if Path(source.path).is_file():
+        return load_gsm8k(source.path, limit, rules)
+    from dtppo.data.hf import read_hf
+
+    return read_hf(key, source, limit, rules)[0]
 
 
 def _prompt_length(tokenizer: PreTrainedTokenizerBase, system_prompt: str | None):

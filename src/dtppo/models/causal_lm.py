@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from dtppo.config import TinyModelConfig
+from dtppo.models.loading import loading_from
 
 
 def tiny_qwen2_config(tiny: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen2Config:
@@ -29,7 +30,8 @@ def build_causal_lm(
 ) -> PreTrainedModel:
     """fp32 causal LM from the HF directory ``path``, else a random tiny Qwen2 seeded with ``seed``."""
     if path is not None:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+        with loading_from(path):
+            return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         config = tiny_qwen2_config(tiny, vocab_size, pad_id, eos_id)

@@ -12,6 +12,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from dtppo.models.loading import loading_from
+
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 
 # The tiny tasks' prompt format: an optional system line, the question, then "\nAnswer: ".
@@ -41,10 +43,11 @@ def load_tokenizer(path: str | None) -> PreTrainedTokenizerBase:
     """
     if path is None:
         return build_char_tokenizer()
-    if (Path(path) / "tokenizer.json").is_file():
-        tok = PreTrainedTokenizerFast.from_pretrained(path)
-    else:
-        tok = AutoTokenizer.from_pretrained(path)
+    with loading_from(path):
+        if (Path(path) / "tokenizer.json").is_file():
+            tok = PreTrainedTokenizerFast.from_pretrained(path)
+        else:
+            tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -9,6 +9,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, PreTrainedModel
 
 from dtppo.algorithms.advantages import right_shift_values
+from dtppo.models.loading import loading_from
 from dtppo.packing import pack_rows
 
 
@@ -79,7 +80,8 @@ class ValueModel(nn.Module):
 def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedModel:
     """A base model (no LM head) from ``path``, or randomly initialised from ``config`` with ``seed``."""
     if path is not None:
-        return AutoModel.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+        with loading_from(path):
+            return AutoModel.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         config._attn_implementation = "sdpa"

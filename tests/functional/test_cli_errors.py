@@ -1,0 +1,90 @@
+"""Every user-facing input failure through the CLI: exit 2, exactly one line on stderr naming the key or the
+path, no traceback; with DTPPO_DEBUG=1 the traceback comes first and the same line last.
+
+The cases cover a bad recipe, bad data found in the parent process (SFT) and in a rank (PPO), a missing or
+empty checkpoint directory, a missing SFT model, model directories that are not models, and a missing log
+directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY
+
+GOOD_ROW = json.dumps({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"})
+
+
+def _gsm8k(path: str) -> list[str]:
+    return ["data.task=gsm8k", f"data.train.path={path}", f"data.validation.path={path}"]
+
+
+# (case, CLI arguments, a fragment the one line must contain, also run with DTPPO_DEBUG=1)
+CASES = [
+    ("missing recipe", ["sft", "nope.yaml"], "recipe: file not found: nope.yaml", True),
+    ("recipe with a missing parent", ["sft", "orphan.yaml"], "defaults: recipe file not found: 'gone.yaml'", False),
+    ("recipe names a missing data file", ["sft", TINY, *_gsm8k("missing.jsonl")],
+     "data.train.path: file not found: missing.jsonl", False),
+    ("no usable rows (SFT, this process)", ["sft", TINY, *_gsm8k("bad.jsonl"), "sft.output_dir=sft"],
+     "bad.jsonl: no usable rows (2 bad: invalid_json: 1, missing_answer: 1)", True),
+    ("bad row refused (PPO, in the rank)",
+     ["ppo", TINY, "ppo.init_from_sft=false", *_gsm8k("mixed.jsonl"), "data.on_bad_row=error"],
+     "mixed.jsonl:2: bad GSM8K row (invalid_json)", True),
+    ("export of a missing directory", ["export", "nowhere", "out"], "nowhere: no such checkpoint directory", True),
+    ("export of a directory without checkpoints", ["export", "empty", "out"],
+     "empty: no checkpoint (step_N/) in this directory", False),
+    ("eval without the SFT model", ["eval", TINY, "sft.output_dir=no-sft"], "sft.output_dir: no SFT model at no-sft",
+     False),
+    ("model directory without config.json", ["eval", TINY, "ppo.init_from_sft=false", "policy.model.path=empty"],
+     "policy.model.path: empty is not an HF model directory (no config.json)", False),
+    ("unreadable model directory", ["sft", TINY, "policy.model.path=broken-model", "sft.output_dir=sft"],
+     "broken-model: cannot load a model or tokenizer from it", False),
+    ("plot of a missing log directory", ["plot", "nolog"], "nolog: no metrics.jsonl", False),
+]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("inputs")
+    (root / "orphan.yaml").write_text("defaults: gone.yaml\n")
+    (root / "bad.jsonl").write_text("{broken json\n" + json.dumps({"question": "Q"}) + "\n")
+    (root / "mixed.jsonl").write_text(GOOD_ROW + "\n{broken json\n")
+    (root / "empty").mkdir()
+    (root / "broken-model").mkdir()
+    (root / "broken-model" / "config.json").write_text("{not json")
+    return root
+
+
+def _dtppo(args: list[str], cwd: Path, debug: bool) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DTPPO_DEBUG"}
+    if debug:
+        env["DTPPO_DEBUG"] = "1"
+    return subprocess.run([sys.executable, "-m", "dtppo", *map(str, args)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("case, args, fragment, _", CASES, ids=[c for c, *_ in CASES])
+def test_an_input_failure_is_one_line_and_exit_2(workdir, case, args, fragment, _):
+    proc = _dtppo(args, workdir, debug=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, f"{case}: exit {proc.returncode}\n{proc.stderr}"
+    assert len(lines) == 1 and lines[0].startswith("dtppo: ") and fragment in lines[0], f"{case}:\n{proc.stderr}"
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("case, args, fragment", [(c, a, f) for c, a, f, debug in CASES if debug],
+                         ids=[c for c, *_, debug in CASES if debug])
+def test_dtppo_debug_adds_the_traceback(workdir, case, args, fragment):
+    proc = _dtppo(args, workdir, debug=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, f"{case}: exit {proc.returncode}\n{proc.stderr}"
+    assert lines[0] == "Traceback (most recent call last):" and fragment in lines[-1], f"{case}:\n{proc.stderr}"
+
+
+def test_the_sweep_is_broad():
+    assert len(CASES) >= 10 and {a[0] for _, a, _, _ in CASES} == {"sft", "ppo", "eval", "export", "plot"}
