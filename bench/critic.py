@@ -151,13 +151,13 @@ def compare(results: list[dict]) -> dict:
 
 
 def print_table(summary: dict) -> None:
-    print(f"\n{'arm':<10}{'metric':<32}{'n':>3}{'mean':>10}{'95% CI':>22}")
+    print(f"\n{'arm':<10}{'metric':<32}{'n':>3}{'mean':>12}{'95% CI':>28}")
     for arm, metrics in summary.items():
         if arm == "intervals_overlap":
             continue
         for name, s in metrics.items():
             ci = "" if s["ci95_low"] is None else f"[{s['ci95_low']:.3f}, {s['ci95_high']:.3f}]"
-            print(f"{arm:<10}{name:<32}{s['n']:>3}{s['mean']:>10.3f}{ci:>22}")
+            print(f"{arm:<10}{name:<32}{s['n']:>3}{s['mean']:>12.3f}{ci:>28}")
     if "intervals_overlap" in summary:
         print("intervals overlap: " + ", ".join(f"{m}={v}" for m, v in summary["intervals_overlap"].items()))
 
