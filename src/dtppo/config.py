@@ -203,6 +203,10 @@ class PPOConfig:
     """> 0: per-sample λ_policy = 1 - 1/(α·len) (VAPO)."""
     normalize_advantages: bool = True
     """Whiten advantages over all valid tokens of the step."""
+    advantage_estimator: Literal["gae", "grpo"] = "gae"
+    """``gae``: GAE over the critic's V(s_t). ``grpo``: critic-free, each sample's outcome reward normalised
+    within its prompt's group of ``num_generations_per_prompt`` samples (needs >= 2); no value model is built,
+    trained, checkpointed or logged, and ``normalize_advantages`` does not apply (GRPO has no step whitening)."""
     val_period: int = 10
     """Validate every N steps (and at the last step)."""
     val_at_start: bool = True
@@ -684,6 +688,7 @@ def _check(cfg: Config) -> None:
     for key, lam in [("ppo.lambda_value", ppo.lambda_value), ("ppo.lambda_policy", ppo.lambda_policy)]:
         _require(0.0 <= lam <= 1.0, key, f"must be in [0, 1], got {lam}")
     _require(ppo.length_adaptive_alpha >= 0.0, "ppo.length_adaptive_alpha", "must be >= 0")
+    _check_grpo(cfg)
     _require(0.0 <= loss.ratio_clip_low < 1.0, "loss.ratio_clip_low", "must be in [0, 1)")
     _require(loss.ratio_clip_high >= 0.0, "loss.ratio_clip_high", "must be >= 0")
     _require(loss.ratio_clip_c is None or loss.ratio_clip_c > 1.0, "loss.ratio_clip_c", "must be > 1 or null")
@@ -721,6 +726,22 @@ def _check(cfg: Config) -> None:
                       ("logger.mlflow.experiment", cfg.logger.mlflow.experiment),
                       ("logger.mlflow.tracking_uri", cfg.logger.mlflow.tracking_uri)]:
         _require(name is None or name.strip() != "", key, "must not be empty")
+
+
+def _check_grpo(cfg: Config) -> None:
+    """GRPO's baseline is the group: one sample per prompt has none, and there is no critic to place or warm up."""
+    if cfg.ppo.advantage_estimator != "grpo":
+        return
+    _require(cfg.ppo.num_generations_per_prompt >= 2, "ppo.num_generations_per_prompt",
+             f"must be >= 2 with ppo.advantage_estimator=grpo (the group is the baseline), "
+             f"got {cfg.ppo.num_generations_per_prompt}")
+    _require(cfg.ppo.policy_training_start_step == 0, "ppo.policy_training_start_step",
+             "must be 0 with ppo.advantage_estimator=grpo (it is a critic warmup; grpo has no critic)")
+    _require(cfg.cluster.colocated, "cluster.policy_ranks",
+             "must be 0 with ppo.advantage_estimator=grpo (there is no critic pool to give ranks to)")
+    _require(not (cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward), "loss.kl_in_reward",
+             "must be false with ppo.advantage_estimator=grpo (its advantages use the outcome reward only; "
+             "the KL goes in the loss, as in DeepSeekMath)")
 
 
 def _check_schedules_and_sft(cfg: Config) -> None:

@@ -26,24 +26,27 @@ def resolve_step_dir(path: str | Path) -> Path:
 
 
 def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[Path]:
-    """Write ``out_dir/policy`` (causal LM) and ``out_dir/critic`` (token classification, num_labels=1)."""
+    """Write ``out_dir/policy`` (causal LM) and ``out_dir/critic`` (token classification, num_labels=1); a
+    GRPO run (``ppo.advantage_estimator=grpo``) has no critic, so only the policy is written."""
     step_dir = resolve_step_dir(checkpoint_dir)
     cfg = config_lib.from_dict(checkpoint.read_config(step_dir))
     tokenizer = load_tokenizer(cfg.policy_init_path)
     out_dir = Path(out_dir)
 
-    policy = build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
-                             tokenizer.eos_token_id, cfg.ppo.seed)
-    tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    critic = ValueModel(build_backbone(cfg.value_init_path, tiny, cfg.ppo.seed), shift=cfg.value.shift_values)
+    models = {"policy": build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer),
+                                        tokenizer.pad_token_id, tokenizer.eos_token_id, cfg.ppo.seed)}
+    if cfg.ppo.advantage_estimator == "gae":
+        tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+        models["value"] = ValueModel(build_backbone(cfg.value_init_path, tiny, cfg.ppo.seed),
+                                     shift=cfg.value.shift_values)
     # Consolidates the shards of any layout into these whole models (weights only, no optimizer state).
-    weights = {"policy": {"model": policy.state_dict()}, "value": {"model": critic.state_dict()}}
+    weights = {role: {"model": model.state_dict()} for role, model in models.items()}
     checkpoint.load(step_dir, weights)
-    policy.load_state_dict(weights["policy"]["model"])
-    critic.load_state_dict(weights["value"]["model"])
-
-    policy.save_pretrained(out_dir / "policy")
-    tokenizer.save_pretrained(out_dir / "policy")
-    critic.save_pretrained(out_dir / "critic")
-    tokenizer.save_pretrained(out_dir / "critic")
-    return [out_dir / "policy", out_dir / "critic"]
+    written = []
+    for role, model in models.items():
+        model.load_state_dict(weights[role]["model"])
+        target = out_dir / ("policy" if role == "policy" else "critic")
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+        written.append(target)
+    return written

@@ -12,6 +12,8 @@ They are read when used and do nothing when unset (the normal case):
 - ``DTPPO_TEST_PAUSE_IN_CHECKPOINT=SECONDS``: a checkpoint write sleeps this long after each of its 4 stages
   (directory created, weights written, trainer state written, manifest written: just before the rename), so
   a kill inside the write is easy to hit.
+- ``DTPPO_TEST_VALUE_GRAD=off|flip``: the critic's loss keeps its value but its gradient is multiplied by 0
+  (the critic never learns) or -1 (it climbs the loss): the learning test's negative control for the critic.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 
 NONFINITE_ENV = "DTPPO_TEST_NONFINITE"
 PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
+VALUE_GRAD_ENV = "DTPPO_TEST_VALUE_GRAD"
+_VALUE_GRAD_SCALES = {"": 1.0, "off": 0.0, "flip": -1.0}
 
 
 class RunStopped(RuntimeError):
@@ -65,3 +69,11 @@ def pause_in_checkpoint() -> None:
     seconds = float(os.environ.get(PAUSE_ENV, "0") or 0)
     if seconds > 0:
         time.sleep(seconds)
+
+
+def value_grad_scale() -> float:
+    """The critic's gradient factor set by ``DTPPO_TEST_VALUE_GRAD``: 1 (unset), 0 (``off``), -1 (``flip``)."""
+    spec = os.environ.get(VALUE_GRAD_ENV, "").strip()
+    if spec not in _VALUE_GRAD_SCALES:
+        raise ValueError(f"{VALUE_GRAD_ENV} must be off or flip, got {spec!r}")
+    return _VALUE_GRAD_SCALES[spec]

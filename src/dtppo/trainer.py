@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from dtppo import checkpoint
-from dtppo.algorithms.advantages import compute_advantages, length_adaptive_lambda, token_level_rewards
+from dtppo.algorithms.advantages import (compute_advantages, first_token_abs_mean, group_normalized_advantages,
+                                         length_adaptive_lambda, token_level_rewards)
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
 from dtppo.config import Config, batch_clamp_notes
@@ -44,7 +45,11 @@ class PhaseTimer:
 
 
 class PPOTrainer:
-    """Owns the policy and value workers, the prompt loader and the step counter."""
+    """Owns the policy and value workers, the prompt loader and the step counter.
+
+    With ``ppo.advantage_estimator=grpo`` there is no value worker (``self.value`` is None): no critic is built,
+    trained, checkpointed or logged.
+    """
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -55,8 +60,10 @@ class PPOTrainer:
         value_place = Placement(cfg.value.parallel, cluster.pool("value"))
         self.policy = Pool(PolicyWorker(cfg, self.tokenizer, policy_place) if policy_place.member else None,
                            policy_place.ranks, cluster.colocated)
-        self.value = Pool(ValueWorker(cfg, self.tokenizer, value_place) if value_place.member else None,
-                          value_place.ranks, cluster.colocated)
+        self.value: Pool[ValueWorker] | None = None
+        if cfg.ppo.advantage_estimator == "gae":
+            self.value = Pool(ValueWorker(cfg, self.tokenizer, value_place) if value_place.member else None,
+                              value_place.ranks, cluster.colocated)
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         self.scorer = RewardScorer(cfg.reward, cfg.cluster.backend) if is_main_rank() else None
@@ -69,8 +76,11 @@ class PPOTrainer:
     # ------------------------------------------------------------------------------------------ one step
 
     def step(self) -> dict[str, float]:
-        """One PPO iteration: rollout, reward, values, advantages, critic update, policy update."""
+        """One PPO iteration: rollout, reward, values, advantages, critic update, policy update.
+
+        GRPO (``ppo.advantage_estimator=grpo``) is the same step without the critic's phases."""
         cfg, timer = self.cfg, PhaseTimer()
+        gae = cfg.ppo.advantage_estimator == "gae"
         step_start = time.perf_counter()
 
         with timer("prompts"):
@@ -89,8 +99,9 @@ class PPOTrainer:
                 rewards = self.scorer.score(responses, [p.answer for p in problems])
             experience = experience.replace(rewards=broadcast(rewards))
 
-        with timer("value_inference"), self.value.inference():
-            experience = experience.replace(old_values=self.value.run(lambda v: v.get_values(experience)))
+        if gae:
+            with timer("value_inference"), self.value.inference():
+                experience = experience.replace(old_values=self.value.run(lambda v: v.get_values(experience)))
 
         with timer("policy_logprobs"), self.policy.inference():
             experience = experience.replace(old_logprobs=self.policy.run(lambda p: p.get_logprobs(experience)))
@@ -105,22 +116,24 @@ class PPOTrainer:
         train_policy = self.steps_done >= cfg.ppo.policy_training_start_step
         for _ in range(cfg.ppo.ppo_epochs):
             # In separate pools the two updates overlap: both start locally, then their metrics are shared.
-            with timer("critic_update"), self.value.training():
-                critic_stats = self.value.local(lambda v: v.train(experience))
+            if gae:
+                with timer("critic_update"), self.value.training():
+                    critic_stats = self.value.local(lambda v: v.train(experience))
             if train_policy:
                 with timer("policy_update"), self.policy.training():
                     policy_stats = self.policy.local(lambda p: p.train(experience))
             with timer("share_metrics"):
-                critic_runs.append(self.value.share(critic_stats))
+                if gae:
+                    critic_runs.append(self.value.share(critic_stats))
                 if train_policy:
                     policy_runs.append(self.policy.share(policy_stats))
 
         metrics = self._rollout_metrics(experience)
-        metrics |= {f"train/critic/{k}": v for k, v in mean_over(critic_runs).items()}
         if policy_runs:
             metrics |= {f"train/{k}": v for k, v in mean_over(policy_runs).items()}
         metrics["train/skipped_steps"] = torch.tensor(float(self.policy.run(lambda p: p.engine.skipped_steps)))
-        metrics["train/critic/skipped_steps"] = torch.tensor(float(self.value.run(lambda v: v.engine.skipped_steps)))
+        if gae:
+            metrics |= self._critic_metrics(experience, critic_runs)
         step_seconds = time.perf_counter() - step_start
         metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
         metrics |= {f"timing/{phase}": torch.tensor(s) for phase, s in timer.seconds.items()}
@@ -133,9 +146,13 @@ class PPOTrainer:
         return SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=False)
 
     def _with_advantages(self, experience: Experience) -> Experience:
-        """Token rewards (with in-reward KL if configured), then decoupled GAE and whitening."""
+        """GRPO: group-normalised outcome rewards. GAE: token rewards (with in-reward KL if configured), then
+        decoupled GAE and whitening."""
         cfg = self.cfg
         mask = experience.response_mask
+        if cfg.ppo.advantage_estimator == "grpo":
+            advantages = group_normalized_advantages(experience.rewards, mask, cfg.ppo.num_generations_per_prompt)
+            return experience.replace(advantages=advantages)
         kl = None
         if cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward:
             kl = kl_estimate(cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
@@ -150,7 +167,7 @@ class PPOTrainer:
         return experience.replace(advantages=advantages, returns=returns)
 
     def _rollout_metrics(self, experience: Experience) -> dict[str, torch.Tensor]:
-        """Metrics of the samples themselves and of the critic's predictions before its update."""
+        """Metrics of the samples themselves and of their advantages."""
         mask = experience.response_mask
         lengths = mask.sum(-1)
         metrics = {
@@ -158,21 +175,31 @@ class PPOTrainer:
             "train/advantages/mean": masked_mean(experience.advantages, mask),
             "train/advantages/min": masked_min(experience.advantages, mask),
             "train/advantages/max": masked_max(experience.advantages, mask),
+            "train/advantages/first_token_abs_mean": first_token_abs_mean(experience.advantages, mask),
             "train/token_mult_prob_error": masked_mean(
                 torch.exp((experience.gen_logprobs - experience.old_logprobs).abs()), mask
             ),
             "train/mean_gen_tokens_per_sample": lengths.mean(),
             "train/truncation_rate": experience.truncated.float().mean(),
-            "train/critic/values_mean": masked_mean(experience.old_values, mask),
-            "train/critic/values_min": masked_min(experience.old_values, mask),
-            "train/critic/values_max": masked_max(experience.old_values, mask),
-            "train/critic/returns_mean": masked_mean(experience.returns, mask),
-            "train/critic/explained_var": explained_var(experience.returns, experience.old_values, mask),
         }
         if experience.ref_logprobs is not None:
             kl = kl_estimate(self.cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
             metrics["train/kl_penalty"] = masked_mean(kl, mask)
         return metrics
+
+    def _critic_metrics(self, experience: Experience, critic_runs: list[dict]) -> dict[str, torch.Tensor]:
+        """The critic's predictions before its update, and its update statistics (``train/critic/*``)."""
+        mask = experience.response_mask
+        metrics = {
+            "values_mean": masked_mean(experience.old_values, mask),
+            "values_min": masked_min(experience.old_values, mask),
+            "values_max": masked_max(experience.old_values, mask),
+            "returns_mean": masked_mean(experience.returns, mask),
+            "explained_var": explained_var(experience.returns, experience.old_values, mask),
+            **mean_over(critic_runs),
+            "skipped_steps": torch.tensor(float(self.value.run(lambda v: v.engine.skipped_steps))),
+        }
+        return {f"train/critic/{k}": v for k, v in metrics.items()}
 
     # ------------------------------------------------------------------------------------------ the run
 
@@ -221,12 +248,13 @@ class PPOTrainer:
         sharded = self._sharded_state()
         replicated = {
             "policy": self.policy.run(lambda p: p.engine.extra_state()),
-            "value": self.value.run(lambda v: v.engine.extra_state()),
             "loader": self.loader.state_dict(),
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
             "trackers": self.tracker_runs,
         }
+        if self.value is not None:
+            replicated["value"] = self.value.run(lambda v: v.engine.extra_state())
         ckpt = self.cfg.checkpointing
         return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, sharded, replicated, self.cfg.to_dict(),
                                ckpt.keep_last)
@@ -234,7 +262,7 @@ class PPOTrainer:
     def _sharded_state(self) -> dict[str, dict]:
         """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""
         states = {"policy": self.policy.local(lambda p: p.engine.state_dict()),
-                  "value": self.value.local(lambda v: v.engine.state_dict())}
+                  "value": self.value.local(lambda v: v.engine.state_dict()) if self.value is not None else None}
         return {role: state for role, state in states.items() if state is not None}
 
     def maybe_resume(self) -> None:
@@ -246,7 +274,8 @@ class PPOTrainer:
         sharded = self._sharded_state()
         replicated, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}", sharded)
         self.policy.local(lambda p: p.load_checkpoint(sharded["policy"], replicated["policy"]))
-        self.value.local(lambda v: v.load_checkpoint(sharded["value"], replicated["value"]))
+        if self.value is not None:
+            self.value.local(lambda v: v.load_checkpoint(sharded["value"], replicated["value"]))
         self.loader.load_state_dict(replicated["loader"])
         checkpoint.set_rng_state(replicated["rng"])
         self.steps_done = int(replicated["steps_done"])

@@ -56,11 +56,11 @@ class Experience:
     gen_logprobs:    [B, T] float32, log-probs recorded while sampling (0 off the response)
     truncated:       [B] bool, no EOS within max_new_tokens
     rewards:         [B] float32, sequence reward from the verifier
-    old_values:      [B, T] float32, V(s_t) before this step's critic update
+    old_values:      [B, T] float32, V(s_t) before this step's critic update (GAE only; GRPO has no critic)
     old_logprobs:    [B, T] float32, log π_old recomputed by the trainer
     ref_logprobs:    [B, T] float32, reference policy log-probs (only when KL is used)
-    advantages:      [B, T] float32, whitened GAE advantages (0 off the response)
-    returns:         [B, T] float32, value targets
+    advantages:      [B, T] float32, whitened GAE or group-normalised GRPO advantages (0 off the response)
+    returns:         [B, T] float32, value targets (GAE only)
     """
 
     input_ids: torch.Tensor

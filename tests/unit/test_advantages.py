@@ -4,6 +4,8 @@ import torch
 from dtppo.algorithms.advantages import (
     compute_advantages,
     compute_gae,
+    first_token_abs_mean,
+    group_normalized_advantages,
     length_adaptive_lambda,
     right_shift_values,
     token_level_rewards,
@@ -143,3 +145,45 @@ def test_token_level_rewards_on_last_response_token_with_kl():
     out = token_level_rewards(torch.tensor([1.0, 2.0]), mask, kl, kl_coef=0.1)
     assert torch.allclose(out, torch.tensor([[0.0, -0.05, 0.95, 0], [0, 0, -0.05, 1.95]]))
     assert torch.equal(token_level_rewards(torch.tensor([3.0]), torch.zeros(1, 3)), torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("poison", [999.0, float("nan")])
+def test_group_normalized_advantages_hand_computed(poison):
+    # Two prompts x G=3 samples. Group 1: rewards 1, 0, 0 -> mean 1/3, unbiased std sqrt(1/3).
+    # Group 2: all equal -> 0 everywhere (no signal), not 0/0.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 1, 0]],
+                        dtype=torch.float32)
+    adv = group_normalized_advantages(rewards, mask, group_size=3)
+    std = (1.0 / 3.0) ** 0.5  # sqrt(((2/3)^2 + 2 (1/3)^2) / (3 - 1))
+    per_sample = torch.tensor([(2 / 3) / (std + 1e-4), -(1 / 3) / (std + 1e-4), -(1 / 3) / (std + 1e-4), 0, 0, 0],
+                              dtype=torch.float64)
+    expected = per_sample[:, None] * mask.double()
+    torch.testing.assert_close(adv.double(), expected, rtol=1e-6, atol=1e-7)
+    assert adv.dtype == torch.float32 and torch.equal(adv[3:], torch.zeros(3, 4))
+    # The mask alone decides where advantages live: poison in the shape the rewards do not touch changes nothing.
+    holes = mask.clone()
+    holes[2, 1] = 0.0
+    poisoned = group_normalized_advantages(rewards, holes, group_size=3)
+    assert poisoned[2, 1] == 0.0 and torch.equal(poisoned[holes.bool()], adv[holes.bool()])
+    # A poisoned reward of one group cannot leak into another group.
+    bad = rewards.clone()
+    bad[0] = poison
+    leaked = group_normalized_advantages(bad, mask, group_size=3)
+    assert torch.equal(leaked[3:], adv[3:])
+
+
+def test_group_normalized_advantages_two_samples_are_plus_minus_one():
+    # G = 2 with rewards (1, 0): mean 1/2, unbiased std 1/sqrt(2) -> ±(1/2)·sqrt(2)/(1 + 1e-4·sqrt(2)) ~ ±0.7070.
+    adv = group_normalized_advantages(torch.tensor([1.0, 0.0]), torch.ones(2, 2), group_size=2)
+    value = 0.5 / (0.5**0.5 + 1e-4)
+    torch.testing.assert_close(adv, torch.tensor([[value, value], [-value, -value]]))
+
+
+@pytest.mark.parametrize("poison", [999.0, float("nan")])
+def test_first_token_abs_mean_reads_the_first_response_token(poison):
+    adv = torch.tensor([[poison, -2.0, 5.0, poison], [poison, poison, 0.5, 7.0], [poison, poison, poison, poison]])
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.float32)
+    # Rows 0 and 1 have responses (first tokens -2.0 and 0.5); the empty row 2 is left out of the mean.
+    assert first_token_abs_mean(adv, mask).item() == pytest.approx((2.0 + 0.5) / 2)
+    assert first_token_abs_mean(adv, torch.zeros_like(mask)).item() == 0.0

@@ -107,3 +107,42 @@ def compute_advantages(
     if normalize:
         advantages = whiten(advantages, mask)
     return advantages, returns
+
+
+# TRL's GRPOTrainer adds 1e-4 to the group std; DeepSeekMath states no epsilon.
+GRPO_STD_EPS = 1e-4
+
+
+def group_normalized_advantages(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_size: int,
+    eps: float = GRPO_STD_EPS,
+) -> torch.Tensor:
+    """GRPO outcome advantages (Shao et al. 2024, DeepSeekMath §4.1.2): ``A_i = (r_i − mean(r)) / (std(r) + eps)``.
+
+    rewards: [B] float32, B = num_prompts · group_size, rows ``g·G … g·G + G − 1`` are one prompt's samples
+    (the trainer repeats each prompt consecutively); response_mask: [B, T] -> [B, T] float32, ``A_i`` on every
+    response token of sample i, 0 elsewhere.
+    Conventions (the paper states neither; TRL's GRPOTrainer): std is the unbiased (Bessel) estimate over the
+    group, eps = 1e-4 is added to it, and no whitening over the step follows. A group whose rewards are all
+    equal has zero numerator and gets 0: it carries no learning signal.
+    """
+    grouped = rewards.float().reshape(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    std = grouped.std(dim=1, keepdim=True)
+    per_sample = ((grouped - mean) / (std + eps)).reshape(-1)
+    return torch.where(response_mask.bool(), per_sample[:, None], 0.0)
+
+
+def first_token_abs_mean(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Mean |A| at each sample's first response token (the decision token), over samples with a response.
+
+    advantages: [B, T]; response_mask: [B, T] -> scalar float32 (0 when no sample has a response token).
+    Unshifted values see the token they judge, so their advantage here is pushed toward 0 (issue 12).
+    """
+    valid = response_mask.bool()
+    has_response = valid.any(dim=1)
+    first = valid.float().argmax(dim=1)  # index of the first True; 0 for an empty row, masked below
+    at_first = advantages.float().gather(1, first[:, None]).squeeze(1).abs()
+    return torch.where(has_response, at_first, 0.0).sum() / has_response.sum().clamp(min=1)

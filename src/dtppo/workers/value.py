@@ -7,6 +7,7 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import value_loss
 from dtppo.config import Config
+from dtppo.faults import value_grad_scale
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
 from dtppo.types import Experience
@@ -44,8 +45,12 @@ class ValueWorker(Worker):
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""
         values = self.model.values(micro.input_ids, micro.attention_mask)
-        return value_loss(values, micro.old_values, micro.returns, micro.response_mask,
-                          self.cfg.loss.value_clip, self.cfg.loss.value_loss_scale)
+        loss, stats = value_loss(values, micro.old_values, micro.returns, micro.response_mask,
+                                 self.cfg.loss.value_clip, self.cfg.loss.value_loss_scale)
+        scale = value_grad_scale()
+        if scale != 1.0:  # test hook (dtppo.faults): same loss value, gradient scaled by 0 or -1
+            loss = scale * loss + (1.0 - scale) * loss.detach()
+        return loss, stats
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of value regression onto ``experience.returns`` (needs old_values and returns)."""

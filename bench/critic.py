@@ -1,0 +1,200 @@
+"""Critic experiments of issue 12, one command per table, seeds as the unit of replication.
+
+    python bench/critic.py alignment [--seeds 0 1 2 3 4]  # V(s_t) shift vs no shift (value.shift_values)
+    python bench/critic.py grpo [--seeds 0 1 2]            # PPO with critic (GAE) vs GRPO at equal samples
+    python bench/critic.py clean [--seeds 0 1 2]           # PPO's gain from a clean SFT model (no careless stage)
+
+Options: ``--recipe`` (default the demo) and ``--set k=v ...`` (overrides for every arm: the recipe of issue 12's
+item 2), ``--steps``, ``--group-size`` (GRPO's samples per prompt), ``--reuse`` (keep finished runs),
+``--dry-run`` (validate every arm's config and print the commands, run nothing) and ``--small`` (2 steps at toy
+sizes with their own SFT model: a smoke test of the runner, not a result).
+
+Every arm of a table starts from the same SFT model and differs only in its arm overrides and ``ppo.seed``.
+GRPO at equal samples: ``num_prompts_per_step / G`` prompts x G samples against the critic arm's
+``num_prompts_per_step`` x 1, the same number of steps, no critic warmup (GRPO has no critic to warm up). Per
+seed: validation accuracy at the start, best and final; the critic's explained variance, mean over the last
+half of its steps; the decision-token advantage, mean over the policy-training steps of
+``train/advantages/first_token_abs_mean`` (|A| at the first response token, where unshifted values see the
+action); training and validation seconds (for equal wall time). Per arm: mean and 95 % confidence interval
+(Student t over seeds). Writes ``bench/results/critic_<table>.json`` (``--small``: under runs/critic/small/)
+with every command and per-seed result, and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from dtppo import config as config_lib  # noqa: E402
+
+DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
+RUNS = Path("runs") / "critic"
+DEFAULT_SEEDS = {"alignment": [0, 1, 2, 3, 4], "grpo": [0, 1, 2], "clean": [0, 1, 2]}
+# Toy sizes for --small: seconds per run on 2 CPU cores, its own SFT model so no real one is touched.
+SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8", "ppo.max_val_samples=16",
+         "ppo.val_batch_size=16", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
+         "value.train_global_batch_size=8", "value.train_micro_batch_size=8", "sft.num_steps=20",
+         "sft.scheduler.total_steps=20", "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2",
+         f"sft.output_dir={RUNS / 'small' / 'sft'}", "reward.num_workers=0"]
+METRICS = ["accuracy_start", "accuracy_best", "accuracy_final", "gain_best", "gain_final",
+           "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "validation_seconds"]
+
+# Two-sided 95 % critical values of Student's t, t_{0.975, df} for df = 1..30 (any t table; checked against a
+# numerical integral of the t density in tests/unit/test_bench_critic.py). Beyond 30 the df-30 value is used:
+# slightly wider than exact, never narrower.
+T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def mean_ci95(values: list[float]) -> dict:
+    """Mean and 95 % t-interval over seeds; a single value has no interval (None bounds)."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"n": n, "mean": mean, "ci95_low": None, "ci95_high": None}
+    half = T_975[min(n - 1, len(T_975)) - 1] * statistics.stdev(values) / math.sqrt(n)
+    return {"n": n, "mean": mean, "ci95_low": mean - half, "ci95_high": mean + half}
+
+
+def summarise(records: list[dict], policy_start_step: int) -> dict:
+    """One run's figures from its metrics.jsonl records (see the module docstring)."""
+    accuracy = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
+    ev = [(r["step"], r["train/critic/explained_var"]) for r in records if "train/critic/explained_var" in r]
+    decision = [r["train/advantages/first_token_abs_mean"] for r in records
+                if "train/advantages/first_token_abs_mean" in r and r["step"] > policy_start_step]
+    start, best, final = accuracy[0][1], max(a for _, a in accuracy), accuracy[-1][1]
+    last_half = [v for s, v in ev if s > ev[-1][0] / 2] if ev else []
+    return {
+        "accuracy_start": start, "accuracy_best": best, "accuracy_final": final,
+        "gain_best": best - start, "gain_final": final - start,
+        "explained_var_last_half_mean": statistics.fmean(last_half) if last_half else None,
+        "decision_token_advantage": statistics.fmean(decision) if decision else None,
+        "train_seconds": sum(r.get("timing/step", 0.0) for r in records),
+        "validation_seconds": sum(r.get("timing/validation", 0.0) for r in records),
+        "accuracy_curve": accuracy,
+    }
+
+
+def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[str, list[str]]:
+    """Each arm's overrides on top of the common ones."""
+    if table == "alignment":
+        return {"shift": ["value.shift_values=true"], "noshift": ["value.shift_values=false"]}
+    if table == "grpo":
+        prompts = base.ppo.num_prompts_per_step
+        if prompts % group_size:
+            raise SystemExit(f"--group-size {group_size} must divide ppo.num_prompts_per_step = {prompts}")
+        return {"gae": ["ppo.advantage_estimator=gae"],
+                "grpo": ["ppo.advantage_estimator=grpo", f"ppo.num_prompts_per_step={prompts // group_size}",
+                         f"ppo.num_generations_per_prompt={group_size}", "ppo.policy_training_start_step=0"]}
+    return {"clean": ["sft.careless_stage.num_steps=0", f"sft.output_dir={base.sft.output_dir}_clean"]}
+
+
+def plan(args: argparse.Namespace) -> tuple[list[dict], Path]:
+    """Every (arm, seed) run: its overrides, validated by loading its config, and its command line."""
+    root = RUNS / "small" if args.small else RUNS
+    common = [*(SMALL if args.small else []), *args.set, "checkpointing.enabled=false", "logger.tensorboard=false"]
+    if args.steps is not None:
+        common.append(f"ppo.max_num_steps={args.steps}")
+    base = config_lib.load(args.recipe, common)
+    runs = []
+    for arm, extra in arm_overrides(args.table, base, args.group_size).items():
+        for seed in args.seeds:
+            log_dir = root / args.table / f"{arm}_seed{seed}"
+            overrides = [*common, *extra, f"ppo.seed={seed}", f"logger.log_dir={log_dir}"]
+            cfg = config_lib.load(args.recipe, overrides)  # a bad arm fails here, before any run starts
+            command = ["python", "-m", "dtppo", "ppo", _shown(args.recipe), *overrides]
+            runs.append({"arm": arm, "seed": seed, "log_dir": str(log_dir), "command": " ".join(command),
+                         "argv": command, "steps": cfg.ppo.max_num_steps,
+                         "policy_start_step": cfg.ppo.policy_training_start_step})
+    return runs, root
+
+
+def _shown(path: str) -> str:
+    """A path as the commands show it: relative to the repository when inside it."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(resolved)
+
+
+def _records(log_dir: Path) -> list[dict]:
+    path = log_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def execute(run: dict, reuse: bool) -> dict:
+    log_dir = REPO / run["log_dir"]
+    if not (reuse and any(r["step"] == run["steps"] for r in _records(log_dir))):
+        subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    return summarise(_records(log_dir), run["policy_start_step"])
+
+
+def compare(results: list[dict]) -> dict:
+    """Per arm and metric: mean and 95 % CI over seeds; with two arms, whether their intervals overlap."""
+    arms = list(dict.fromkeys(r["arm"] for r in results))
+    summary = {arm: {m: mean_ci95([r["result"][m] for r in results if r["arm"] == arm])
+                     for m in METRICS if all(r["result"][m] is not None for r in results if r["arm"] == arm)}
+               for arm in arms}
+    if len(arms) == 2:
+        a, b = (summary[arm] for arm in arms)
+        summary["intervals_overlap"] = {
+            m: a[m]["ci95_low"] <= b[m]["ci95_high"] and b[m]["ci95_low"] <= a[m]["ci95_high"]
+            for m in METRICS if m in a and m in b and a[m]["ci95_low"] is not None and b[m]["ci95_low"] is not None}
+    return summary
+
+
+def print_table(summary: dict) -> None:
+    print(f"\n{'arm':<10}{'metric':<32}{'n':>3}{'mean':>12}{'95% CI':>28}")
+    for arm, metrics in summary.items():
+        if arm == "intervals_overlap":
+            continue
+        for name, s in metrics.items():
+            ci = "" if s["ci95_low"] is None else f"[{s['ci95_low']:.3f}, {s['ci95_high']:.3f}]"
+            print(f"{arm:<10}{name:<32}{s['n']:>3}{s['mean']:>12.3f}{ci:>28}")
+    if "intervals_overlap" in summary:
+        print("intervals overlap: " + ", ".join(f"{m}={v}" for m, v in summary["intervals_overlap"].items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table", choices=sorted(DEFAULT_SEEDS))
+    parser.add_argument("--seeds", type=int, nargs="+")
+    parser.add_argument("--recipe", default=str(DEMO))
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides for every arm")
+    parser.add_argument("--steps", type=int, help="ppo.max_num_steps (default: the recipe's)")
+    parser.add_argument("--group-size", type=int, default=4, help="GRPO samples per prompt (grpo table)")
+    parser.add_argument("--reuse", action="store_true", help="keep runs whose log already reaches the last step")
+    parser.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
+    parser.add_argument("--small", action="store_true", help="toy sizes: a smoke test of this runner")
+    args = parser.parse_args()
+    args.seeds = args.seeds or DEFAULT_SEEDS[args.table]
+    runs, root = plan(args)
+    for run in runs:
+        print(run["command"], flush=True)
+    if args.dry_run:
+        return
+    results = []
+    for run in runs:
+        result = execute(run, args.reuse)
+        results.append({k: v for k, v in run.items() if k != "argv"} | {"result": result})
+        ev = result["explained_var_last_half_mean"]
+        print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} best {result['accuracy_best']:.3f}"
+              f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}", flush=True)
+    summary = compare(results)
+    print_table(summary)
+    out = (REPO / root if args.small else REPO / "bench" / "results") / f"critic_{args.table}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results,
+                               "summary": summary}, indent=1))
+    print(f"wrote {out.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

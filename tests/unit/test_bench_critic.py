@@ -1,0 +1,58 @@
+"""bench/critic.py's statistics: the t table, the 95 % interval, and one run's summary from its metrics."""
+
+import importlib.util
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+_SPEC = importlib.util.spec_from_file_location("bench_critic", Path(__file__).resolve().parents[2] / "bench" / "critic.py")
+critic = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(critic)
+
+
+@pytest.mark.parametrize("df", range(1, 31))
+def test_t_table_is_the_975_quantile(df):
+    # P(0 < T < t) = 0.475 by a trapezoid integral of the t density (float64).
+    t = critic.T_975[df - 1]
+    grid = torch.linspace(0.0, t, 200_001, dtype=torch.float64)
+    density = torch.distributions.StudentT(torch.tensor(float(df), dtype=torch.float64)).log_prob(grid).exp()
+    assert torch.trapezoid(density, grid).item() == pytest.approx(0.475, abs=1e-4)
+
+
+def test_mean_ci95_by_hand():
+    values = [0.30, 0.34, 0.28, 0.36, 0.32]  # mean 0.32, sample sd sqrt(0.001) ~ 0.0316
+    out = critic.mean_ci95(values)
+    half = 2.776 * statistics.stdev(values) / math.sqrt(5)
+    assert out["n"] == 5 and out["mean"] == pytest.approx(0.32)
+    assert out["ci95_low"] == pytest.approx(0.32 - half) and out["ci95_high"] == pytest.approx(0.32 + half)
+    assert critic.mean_ci95([0.5]) == {"n": 1, "mean": 0.5, "ci95_low": None, "ci95_high": None}
+
+
+def test_summarise_reads_accuracy_ev_and_the_decision_token_after_warmup():
+    records = [{"step": 0, "validation/accuracy": 0.1}]
+    for step in range(1, 7):
+        records.append({"step": step, "train/critic/explained_var": step / 10,
+                        "train/advantages/first_token_abs_mean": float(step), "timing/step": 2.0})
+    records[3]["validation/accuracy"], records[6]["validation/accuracy"] = 0.5, 0.4
+    out = critic.summarise(records, policy_start_step=2)
+    assert (out["accuracy_start"], out["accuracy_best"], out["accuracy_final"]) == (0.1, 0.5, 0.4)
+    assert out["gain_best"] == pytest.approx(0.4) and out["gain_final"] == pytest.approx(0.3)
+    assert out["explained_var_last_half_mean"] == pytest.approx((0.4 + 0.5 + 0.6) / 3)  # steps 4..6 of 6
+    assert out["decision_token_advantage"] == pytest.approx((3 + 4 + 5 + 6) / 4)  # steps 3..6 train the policy
+    assert out["train_seconds"] == 12.0
+    grpo = critic.summarise([{k: v for k, v in r.items() if not k.startswith("train/critic/")} for r in records], 0)
+    assert grpo["explained_var_last_half_mean"] is None
+
+
+def test_compare_flags_overlapping_intervals():
+    def run(arm, acc):
+        result = {m: 0.0 for m in critic.METRICS} | {"accuracy_best": acc, "explained_var_last_half_mean": None}
+        return {"arm": arm, "result": result}
+
+    results = [run("a", 0.30), run("a", 0.32), run("a", 0.31), run("b", 0.50), run("b", 0.52), run("b", 0.51)]
+    summary = critic.compare(results)
+    assert summary["intervals_overlap"]["accuracy_best"] is False
+    assert "explained_var_last_half_mean" not in summary["a"]
