@@ -55,9 +55,9 @@ def cmd_ppo(args: argparse.Namespace) -> None:
             raise InputError(f"sft.output_dir: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
         print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
         sft_results = run_sft(cfg)
-    group = _worker_group(cfg)
+    launcher = _launcher(cfg)
     try:
-        group.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+        launcher.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
     except Exception as err:
         # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
         if getattr(err, "exit_code", None) in (InputError.exit_code, NonFiniteError.exit_code,
@@ -65,7 +65,7 @@ def cmd_ppo(args: argparse.Namespace) -> None:
             raise SystemExit(err.exit_code) from None
         raise
     finally:
-        group.shutdown()
+        launcher.shutdown()
 
 
 def _absolute_paths(tree: dict) -> dict:
@@ -84,18 +84,18 @@ def _absolute_paths(tree: dict) -> dict:
     return tree
 
 
-def _worker_group(cfg: config_lib.Config):
+def _launcher(cfg: config_lib.Config):
     """Where the ranks run: this machine (spawned processes / torchrun) or Ray actors."""
     if cfg.cluster.backend == "ray":
-        from dtppo.orchestration.ray_group import RayWorkerGroup
+        from dtppo.orchestration.ray_launcher import RayLauncher
 
-        group = RayWorkerGroup(cfg.cluster, cfg.cluster.world_size, cfg.cluster.ray_temp_dir)
+        launcher = RayLauncher(cfg.cluster, cfg.cluster.world_size, cfg.cluster.ray_temp_dir)
         print("ranks placed on Ray nodes: " + ", ".join(f"rank {r} -> {node}" for r, node in
-                                                       enumerate(group.placement())), flush=True)
-        return group
-    from dtppo.orchestration.worker_group import LocalWorkerGroup
+                                                       enumerate(launcher.rank_nodes())), flush=True)
+        return launcher
+    from dtppo.orchestration.launcher import LocalLauncher
 
-    return LocalWorkerGroup(cfg.cluster.world_size)
+    return LocalLauncher(cfg.cluster.world_size)
 
 
 def _ppo_rank(tree: dict, sft_results: dict) -> None:
@@ -129,7 +129,6 @@ def _debug_traceback(err: BaseException) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    from dtppo.evaluation import evaluate
     from dtppo.sft import sft_is_done
     from dtppo.trainer import PPOTrainer
 
@@ -141,8 +140,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     trainer.maybe_resume()
     if trainer.steps_done == 0:
         print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scoring the starting policy", flush=True)
-    result = trainer.policy.run(lambda p: evaluate(p.rollout_model, trainer.tokenizer, trainer.validation_problems,
-                                                   cfg, trainer.steps_done))
+    result = trainer.policy.evaluate(trainer.validation_problems, trainer.steps_done)
     print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
                                 "avg_length": result.avg_length}))
     for question, response, truth, reward in result.samples[:5]:

@@ -16,7 +16,7 @@ from dtppo.algorithms.losses import explained_var
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
-from dtppo.evaluation import decode_responses, evaluate
+from dtppo.evaluation import decode_responses
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import mean_over, to_floats
 from dtppo.models.tokenizer import load_tokenizer
@@ -25,9 +25,9 @@ from dtppo.rewards.scoring import RewardScorer
 from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.trackers import open_trackers
 from dtppo.types import Experience
+from dtppo.workers.layout import RankLayout
 from dtppo.workers.policy import PolicyWorker
-from dtppo.workers.placement import Placement
-from dtppo.workers.pool import Pool
+from dtppo.workers.role import PolicyRole, ValueRole
 from dtppo.workers.value import ValueWorker
 
 
@@ -45,9 +45,10 @@ class PhaseTimer:
 
 
 class PPOTrainer:
-    """Owns the policy and value workers, the prompt loader and the step counter.
+    """Owns the policy and value roles (their workers, on whichever ranks hold them), the prompt loader and the
+    step counter.
 
-    With ``ppo.advantage_estimator=grpo`` there is no value worker (``self.value`` is None): no critic is built,
+    With ``ppo.advantage_estimator=grpo`` there is no value role (``self.value`` is None): no critic is built,
     trained, checkpointed or logged.
     """
 
@@ -55,15 +56,15 @@ class PPOTrainer:
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.policy_init_path)
         cluster = cfg.cluster
-        # Every rank builds both placements (mesh creation is collective), then only the workers it holds.
-        policy_place = Placement(cfg.policy.parallel, cluster.pool("policy"))
-        value_place = Placement(cfg.value.parallel, cluster.pool("value"))
-        self.policy = Pool(PolicyWorker(cfg, self.tokenizer, policy_place) if policy_place.member else None,
-                           policy_place.ranks, cluster.colocated)
-        self.value: Pool[ValueWorker] | None = None
+        # Every rank builds both layouts (mesh creation is collective), then only the workers it holds.
+        policy_layout = RankLayout(cfg.policy.parallel, cluster.pool("policy"))
+        value_layout = RankLayout(cfg.value.parallel, cluster.pool("value"))
+        self.policy = PolicyRole(PolicyWorker(cfg, self.tokenizer, policy_layout) if policy_layout.member else None,
+                                 policy_layout.ranks, cluster.colocated)
+        self.value: ValueRole | None = None
         if cfg.ppo.advantage_estimator == "gae":
-            self.value = Pool(ValueWorker(cfg, self.tokenizer, value_place) if value_place.member else None,
-                              value_place.ranks, cluster.colocated)
+            self.value = ValueRole(ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
+                                   value_layout.ranks, cluster.colocated)
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         self.scorer = RewardScorer(cfg.reward, cfg.cluster.backend) if is_main_rank() else None
@@ -90,7 +91,7 @@ class PPOTrainer:
 
         with timer("generation"), self.policy.inference():
             key, sample_ids = stream_key(cfg.ppo.seed, self.steps_done), torch.arange(len(prompts))
-            experience = self.policy.run(lambda p: p.generate(prompts, self._sampling_params(), key, sample_ids))
+            experience = self.policy.generate(prompts, self._sampling_params(), key, sample_ids)
 
         with timer("reward"):
             rewards = torch.zeros(experience.batch_size)
@@ -101,13 +102,12 @@ class PPOTrainer:
 
         if gae:
             with timer("value_inference"), self.value.inference():
-                experience = experience.replace(old_values=self.value.run(lambda v: v.get_values(experience)))
+                experience = experience.replace(old_values=self.value.get_values(experience))
 
         with timer("policy_logprobs"), self.policy.inference():
-            experience = experience.replace(old_logprobs=self.policy.run(lambda p: p.get_logprobs(experience)))
+            experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
             if cfg.loss.kl_coef > 0.0:
-                experience = experience.replace(
-                    ref_logprobs=self.policy.run(lambda p: p.get_reference_logprobs(experience)))
+                experience = experience.replace(ref_logprobs=self.policy.get_reference_logprobs(experience))
 
         with timer("advantages"):
             experience = self._with_advantages(experience)
@@ -118,10 +118,10 @@ class PPOTrainer:
             # In separate pools the two updates overlap: both start locally, then their metrics are shared.
             if gae:
                 with timer("critic_update"), self.value.training():
-                    critic_stats = self.value.local(lambda v: v.train(experience))
+                    critic_stats = self.value.train(experience)
             if train_policy:
                 with timer("policy_update"), self.policy.training():
-                    policy_stats = self.policy.local(lambda p: p.train(experience))
+                    policy_stats = self.policy.train(experience)
             with timer("share_metrics"):
                 if gae:
                     critic_runs.append(self.value.share(critic_stats))
@@ -131,7 +131,7 @@ class PPOTrainer:
         metrics = self._rollout_metrics(experience)
         if policy_runs:
             metrics |= {f"train/{k}": v for k, v in mean_over(policy_runs).items()}
-        metrics["train/skipped_steps"] = torch.tensor(float(self.policy.run(lambda p: p.engine.skipped_steps)))
+        metrics["train/skipped_steps"] = torch.tensor(float(self.policy.skipped_steps()))
         if gae:
             metrics |= self._critic_metrics(experience, critic_runs)
         step_seconds = time.perf_counter() - step_start
@@ -197,7 +197,7 @@ class PPOTrainer:
             "returns_mean": masked_mean(experience.returns, mask),
             "explained_var": explained_var(experience.returns, experience.old_values, mask),
             **mean_over(critic_runs),
-            "skipped_steps": torch.tensor(float(self.value.run(lambda v: v.engine.skipped_steps))),
+            "skipped_steps": torch.tensor(float(self.value.skipped_steps())),
         }
         return {f"train/critic/{k}": v for k, v in metrics.items()}
 
@@ -205,8 +205,7 @@ class PPOTrainer:
 
     def validate(self) -> dict[str, float]:
         start = time.perf_counter()
-        result = self.policy.run(lambda p: evaluate(p.rollout_model, self.tokenizer, self.validation_problems,
-                                                    self.cfg, self.steps_done))
+        result = self.policy.evaluate(self.validation_problems, self.steps_done)
         return {
             "validation/accuracy": result.accuracy,
             "validation/avg_length": result.avg_length,
@@ -247,22 +246,22 @@ class PPOTrainer:
         """Collective over all ranks: each pool writes its shards, rank 0 the replicated state."""
         sharded = self._sharded_state()
         replicated = {
-            "policy": self.policy.run(lambda p: p.engine.extra_state()),
+            "policy": self.policy.replicated_state(),
             "loader": self.loader.state_dict(),
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
             "trackers": self.tracker_runs,
         }
         if self.value is not None:
-            replicated["value"] = self.value.run(lambda v: v.engine.extra_state())
+            replicated["value"] = self.value.replicated_state()
         ckpt = self.cfg.checkpointing
         return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, sharded, replicated, self.cfg.to_dict(),
                                ckpt.keep_last)
 
     def _sharded_state(self) -> dict[str, dict]:
         """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""
-        states = {"policy": self.policy.local(lambda p: p.engine.state_dict()),
-                  "value": self.value.local(lambda v: v.engine.state_dict()) if self.value is not None else None}
+        states = {"policy": self.policy.checkpoint_state(),
+                  "value": self.value.checkpoint_state() if self.value is not None else None}
         return {role: state for role, state in states.items() if state is not None}
 
     def maybe_resume(self) -> None:
@@ -273,9 +272,9 @@ class PPOTrainer:
             return
         sharded = self._sharded_state()
         replicated, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}", sharded)
-        self.policy.local(lambda p: p.load_checkpoint(sharded["policy"], replicated["policy"]))
+        self.policy.load_checkpoint(sharded.get("policy"), replicated["policy"])
         if self.value is not None:
-            self.value.local(lambda v: v.load_checkpoint(sharded["value"], replicated["value"]))
+            self.value.load_checkpoint(sharded.get("value"), replicated["value"])
         self.loader.load_state_dict(replicated["loader"])
         checkpoint.set_rng_state(replicated["rng"])
         self.steps_done = int(replicated["steps_done"])

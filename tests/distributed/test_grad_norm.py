@@ -16,7 +16,7 @@ from dtppo.distributed.grad_norm import clip_grad_norm_, global_grad_norm
 from dtppo.distributed.launch import run_ranks
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.ops import logprobs_from_logits
-from dtppo.workers.placement import Placement
+from dtppo.workers.layout import RankLayout
 
 LAYOUTS = {
     "fsdp": ParallelConfig(),
@@ -56,20 +56,20 @@ def _round(out_path: str) -> None:
         reference = copy.deepcopy(model)
         _backward(reference, ids)
         want = torch.linalg.vector_norm(torch.stack([p.grad.double().norm() for p in reference.parameters()]))
-        placement = Placement(parallel)
-        model = placement.wrap(model)
-        _backward(model, ids[placement.my_rows(ROWS)])
+        layout = RankLayout(parallel)
+        model = layout.wrap(model)
+        _backward(model, ids[layout.my_rows(ROWS)])
         grads = [p.grad for p in model.parameters()]
         with CommDebugMode() as one:
-            got = global_grad_norm(grads, placement.model_group)
+            got = global_grad_norm(grads, layout.model_group)
         with CommDebugMode() as per_param:
             old = _per_parameter_norm(grads)
-        clip_grad_norm_(model.parameters(), float(got) / 2, placement.model_group)
+        clip_grad_norm_(model.parameters(), float(got) / 2, layout.model_group)
         results[name] = {"got": float(got), "want": float(want), "old": float(old), "clipped": float(
             _per_parameter_norm([p.grad for p in model.parameters()])), "collectives": one.get_total_counts(),
             "per_param_collectives": per_param.get_total_counts(), "num_grads": len(grads),
             "sharded": all(isinstance(g, DTensor) for g in grads)}
-    mesh = Placement(ParallelConfig()).mesh["dp_shard"]
+    mesh = RankLayout(ParallelConfig()).mesh["dp_shard"]
     try:
         global_grad_norm([DTensor.from_local(torch.ones(3), mesh, [Partial()])], mesh.get_group())
         results["partial"] = "accepted"

@@ -15,7 +15,7 @@ from conftest import FAST, TINY, read_jsonl, run_cli
 
 ray = pytest.importorskip("ray")
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}  # a private instance runs with its own random token (ray_group.py)
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}  # a private instance runs with its own random token (ray_launcher.py)
 RAY_BIN = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
@@ -55,7 +55,7 @@ def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
     remote = [_comparable(r) for r in read_jsonl(tmp_path / "ray/log/metrics.jsonl")]
     assert [r["step"] for r in remote] == [0, 1, 2] and remote == local
     assert (token.stat().st_mtime if token.exists() else None) == token_before  # no auth-token file written
-    assert not _ray_processes(ray_tmp) and not _ray_processes("ray::RankRunner")  # clean shutdown
+    assert not _ray_processes(ray_tmp) and not _ray_processes("ray::RayRank")  # clean shutdown
     assert any(p.name.startswith("session_") for p in Path(ray_tmp).iterdir())  # session files stay there
 
 
@@ -112,7 +112,7 @@ def test_killed_actor_stops_the_driver_and_the_last_checkpoint_loads(sft_dir, tm
     while not (ckpt / "step_2").is_dir() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert (ckpt / "step_2").is_dir(), "no checkpoint appeared"
-    pids = subprocess.run(["pgrep", "-f", "ray::RankRunner"], capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(["pgrep", "-f", "ray::RayRank"], capture_output=True, text=True).stdout.split()
     assert pids, "no rank actor process found"
     killed_at = time.monotonic()
     os.kill(int(pids[-1]), signal.SIGKILL)

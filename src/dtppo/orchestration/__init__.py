@@ -1,1 +1,1 @@
-"""Worker groups: where the ranks of a run are started (local processes or Ray actors)."""
+"""Rank launchers: where the ranks of a run start (local processes or Ray actors)."""

@@ -1,4 +1,4 @@
-"""What the policy and value workers share: placement, training engine, lifecycle hooks, checkpoint state."""
+"""What the policy and value workers share: rank layout, training engine, lifecycle hooks, checkpoint state."""
 
 from __future__ import annotations
 
@@ -6,19 +6,20 @@ from torch import nn
 
 from dtppo.config import Config, PolicyConfig, ValueConfig
 from dtppo.workers.engine import TrainEngine
-from dtppo.workers.placement import Placement
+from dtppo.workers.layout import RankLayout
 
 
 class Worker:
-    """A plain class owning one model on this rank; orchestration (local ranks, later Ray) wraps it."""
+    """A plain class owning one model on this rank. Every rank builds the workers it holds; a launcher starts
+    ranks (local processes or Ray actors), never workers, and ``workers.role`` calls them from the step."""
 
     cfg: Config
-    placement: Placement
+    layout: RankLayout
     model: nn.Module
     engine: TrainEngine
 
     def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
-        p = self.placement
+        p = self.layout
         name = "policy" if isinstance(section, PolicyConfig) else "value"
         return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm, p.device,
                            p.dp_rank, p.dp_size, p.dp_group, name=name,
@@ -39,9 +40,19 @@ class Worker:
     def finish_training(self) -> None:
         self.model.eval()
 
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a non-finite loss or gradient so far."""
+        return self.engine.skipped_steps
+
     # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
-    def save_checkpoint(self) -> tuple[dict, dict]:
-        return self.engine.state_dict(), self.engine.extra_state()
+    def checkpoint_state(self) -> dict:
+        """Model and optimizer state (sharded where the model is)."""
+        return self.engine.state_dict()
+
+    def replicated_state(self) -> dict:
+        """Schedule position and skipped-step counts: the same on every rank of the pool."""
+        return self.engine.extra_state()
 
     def load_checkpoint(self, sharded: dict, extra: dict) -> None:
         self.engine.load_state_dict(sharded)

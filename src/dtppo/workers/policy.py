@@ -16,7 +16,7 @@ from dtppo.packing import pack_rows
 from dtppo.rollout.sampler import SamplingParams, generate
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
-from dtppo.workers.placement import Placement
+from dtppo.workers.layout import RankLayout
 
 
 class PolicyWorker(Worker):
@@ -26,24 +26,24 @@ class PolicyWorker(Worker):
     so ``train/token_mult_prob_error`` measures only numerical drift.
     """
 
-    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, placement: Placement | None = None):
+    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, layout: RankLayout | None = None):
         torch.manual_seed(cfg.ppo.seed)
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
-        self.placement = placement or Placement(cfg.policy.parallel)
+        self.layout = layout or RankLayout(cfg.policy.parallel)
         full = build_causal_lm(
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
         )
         # Generation runs on a whole (unsharded) replica, refreshed after each update, so ranks decode
         # independently with no collective per token and may stop at different lengths.
-        full = full.to(self.placement.device)
-        self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False) if self.placement.sharded else full
+        full = full.to(self.layout.device)
+        self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False) if self.layout.sharded else full
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
-            self.reference = self.placement.wrap(copy.deepcopy(full).eval().requires_grad_(False))
-        self.model = self.placement.wrap(full)
+            self.reference = self.layout.wrap(copy.deepcopy(full).eval().requires_grad_(False))
+        self.model = self.layout.wrap(full)
         self.engine = self._build_engine(cfg.policy)
 
     def finish_training(self) -> None:
@@ -52,18 +52,18 @@ class PolicyWorker(Worker):
 
     def sync_rollout_model(self) -> None:
         """Copy the trained (sharded) weights into the generation replica: one all-gather of the weights."""
-        if self.placement.sharded:
+        if self.layout.sharded:
             full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
             self.rollout_model.load_state_dict(full)
 
     # ---- inference
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
-        rows = self.placement.my_rows(len(prompts))
+        rows = self.layout.my_rows(len(prompts))
         pad_id = self.tokenizer.pad_token_id
         part = generate(self.rollout_model, prompts[rows], params, self.tokenizer.eos_token_id, pad_id, key,
                         sample_ids[rows])
-        return self.placement.gather_experience(part.to("cpu"), pad_id)
+        return self.layout.gather_experience(part.to("cpu"), pad_id)
 
     @torch.no_grad()
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
@@ -80,7 +80,7 @@ class PolicyWorker(Worker):
         def logprobs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             return self._token_logprobs(model, input_ids, attention_mask)
 
-        return self.placement.map_rows(experience, logprobs, self.cfg.policy.logprob_batch_size)
+        return self.layout.map_rows(experience, logprobs, self.cfg.policy.logprob_batch_size)
 
     def _token_logprobs(self, model: torch.nn.Module, input_ids: torch.Tensor,
                         attention_mask: torch.Tensor) -> torch.Tensor:

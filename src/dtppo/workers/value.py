@@ -12,7 +12,7 @@ from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
-from dtppo.workers.placement import Placement
+from dtppo.workers.layout import RankLayout
 
 
 class ValueWorker(Worker):
@@ -22,13 +22,13 @@ class ValueWorker(Worker):
     critic is identical across launches.
     """
 
-    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, placement: Placement | None = None):
+    def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, layout: RankLayout | None = None):
         torch.manual_seed(cfg.ppo.seed)
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed)
-        self.placement = placement or Placement(cfg.value.parallel)
-        self.model = self.placement.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
+        self.layout = layout or RankLayout(cfg.value.parallel)
+        self.model = self.layout.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
                                        shift=cfg.value.shift_values,
                                        sequence_packing=cfg.value.sequence_packing))
         self.engine = self._build_engine(cfg.value)
@@ -40,7 +40,7 @@ class ValueWorker(Worker):
         Each dp rank scores its block of whole rows and the blocks are gathered, so the shift inside
         ``values()`` always sees complete sequences, never a shard boundary.
         """
-        return self.placement.map_rows(experience, self.model.values, self.cfg.value.inference_batch_size)
+        return self.layout.map_rows(experience, self.model.values, self.cfg.value.inference_batch_size)
 
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""

@@ -1,4 +1,4 @@
-"""Where a worker's model lives: its parallel layout, its mesh, and moving rows between ranks."""
+"""Where a worker's model lives on its ranks: its parallel layout, its mesh, and moving rows between ranks."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from dtppo.distributed.parallelize import parallelize
 from dtppo.types import Experience, block_rows
 
 
-class Placement:
+class RankLayout:
     """A worker's pool of ranks: ``dp`` row shards × ``tp`` model shards; the dp ranks hold ``dp_replicate``
-    whole-model replicas, each FSDP-sharded over the rest.
+    whole-model replicas, each FSDP-sharded over the rest. It wraps the model for that layout, splits a batch's
+    rows among the dp ranks and gathers their results.
 
     The pool is every launched rank when policy and critic are colocated, or a contiguous block of ranks
-    when they live in separate pools (``cluster.policy_ranks``). Building a Placement is collective over all
+    when they live in separate pools (``cluster.policy_ranks``). Building a RankLayout is collective over all
     launched ranks; on a rank outside the pool it only records that this rank is not a member.
     """
 

@@ -1,7 +1,9 @@
-"""The WorkerGroup protocol and the local implementation.
+"""Rank launchers: where the ranks of a run start (this machine, or Ray actors).
 
-A run is SPMD: every rank executes the same function (the PPO loop) with the process group initialised.
-A WorkerGroup decides where the ranks live; the trainer, workers and algorithm do not change with it.
+A run is SPMD: every rank executes the same function (the PPO loop) with the process group initialised and
+builds the workers it holds itself. A launcher starts ranks, not workers: Ray wraps a whole rank in an actor
+(``ray_launcher.RayRank``), never a policy or value worker, so the trainer, workers and algorithm do not
+change with the launcher.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Protocol
 from dtppo.distributed.launch import run_ranks
 
 
-class WorkerGroup(Protocol):
+class RankLauncher(Protocol):
     world_size: int
 
     def run(self, fn: Callable[..., None], *args) -> None:
@@ -22,7 +24,7 @@ class WorkerGroup(Protocol):
         """Release processes and resources; leaves nothing running."""
 
 
-class LocalWorkerGroup:
+class LocalLauncher:
     """Ranks on this machine: this process alone, or spawned local processes (or the torchrun ranks)."""
 
     def __init__(self, world_size: int):

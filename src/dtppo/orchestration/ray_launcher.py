@@ -1,7 +1,8 @@
-"""Ray implementation of the WorkerGroup: one placement-group bundle and one actor per rank.
+"""The Ray RankLauncher: one placement-group bundle and one actor per rank.
 
-The rank itself is the plain ``RankRunner`` class; ``ray.remote`` is applied here, where the actors are
-spawned. Ranks form the torch.distributed group over their node addresses (gloo on CPU, nccl on GPU).
+Ray wraps ranks, not workers: an actor is a whole SPMD rank (the plain ``RayRank`` class; ``ray.remote`` is
+applied here, where the actors are spawned), which then builds its policy and critic workers like a local rank.
+Ranks form the torch.distributed group over their node addresses (gloo on CPU, nccl on GPU).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class RankStopped(RuntimeError):
         self.exit_code = exit_code
 
 
-class RankRunner:
-    """One rank: reports where it runs, then joins the process group and runs the SPMD function."""
+class RayRank:
+    """One rank in a Ray actor: reports where it runs, then joins the process group and runs the SPMD function."""
 
     def address(self) -> tuple[str, int, str]:
         """(node IP, a free port on it, Ray node id)."""
@@ -56,7 +57,7 @@ class RankRunner:
         return 0
 
 
-class RayWorkerGroup:
+class RayLauncher:
     """Attach to ``cluster.ray_address`` (or RAY_ADDRESS), else start a local Ray instance for this run."""
 
     def __init__(self, cluster: ClusterConfig, world_size: int, temp_dir: str | Path):
@@ -86,7 +87,7 @@ class RayWorkerGroup:
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
         self.placement_group = placement_group([bundle] * world_size, strategy=cluster.ray_placement.upper())
         ray.get(self.placement_group.ready(), timeout=cluster.ray_timeout_s)
-        remote = ray.remote(RankRunner)
+        remote = ray.remote(RayRank)
         self.actors = [
             remote.options(num_cpus=1, num_gpus=1 if gpu else 0, name=None,
                            scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
@@ -120,7 +121,7 @@ class RayWorkerGroup:
                     self.shutdown()
                     raise RankStopped(rank, code)
 
-    def placement(self) -> list[str]:
+    def rank_nodes(self) -> list[str]:
         """``ip/node-id`` of every rank, in rank order."""
         return [f"{ip}/{node[:8]}" for ip, _, node in self.addresses]
 

@@ -1,0 +1,110 @@
+"""The policy and the critic as roles: one worker on its pool of ranks, called the same way from every rank.
+
+The trainer is one SPMD program: every rank runs ``PPOTrainer.step``. When policy and critic are colocated
+every rank holds both workers and a call's result is already whole on every rank. When they live in separate
+pools (``cluster.policy_ranks``) a rank holds one of them: a role's methods run where its worker lives and
+hand the result (broadcast from the pool's first rank) to every rank. ``train`` and the checkpoint calls
+stay local (None off the pool): the step starts both updates, then ``share``s their metrics, so separate
+pools update at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, TypeVar
+
+import torch
+
+from dtppo.data.problem import Problem
+from dtppo.distributed.comm import broadcast_object
+from dtppo.evaluation import EvalResult, evaluate
+from dtppo.rollout.sampler import SamplingParams
+from dtppo.types import Experience
+from dtppo.workers.base import Worker
+from dtppo.workers.policy import PolicyWorker
+from dtppo.workers.value import ValueWorker
+
+W = TypeVar("W", bound=Worker)
+T = TypeVar("T")
+
+
+class Role(Generic[W]):
+    """What both roles offer: training, lifecycle phases, counters and checkpoint state."""
+
+    def __init__(self, worker: W | None, ranks: range, colocated: bool):
+        self.worker, self.ranks, self.colocated = worker, ranks, colocated
+
+    def share(self, result: T | None) -> T:
+        """The pool's result of a local call (``train``), on every rank."""
+        return result if self.colocated else broadcast_object(result, src=self.ranks[0])
+
+    def _local(self, call: Callable[[W], T]) -> T | None:
+        return call(self.worker) if self.worker is not None else None
+
+    def _everywhere(self, call: Callable[[W], T]) -> T:
+        return self.share(self._local(call))
+
+    # ---- training (local: share the metrics once both roles have started)
+    def train(self, experience: Experience) -> dict[str, torch.Tensor] | None:
+        """One epoch of this role's update on its ranks; its metrics there, None elsewhere."""
+        return self._local(lambda w: w.train(experience))
+
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a non-finite loss or gradient so far, on every rank."""
+        return self._everywhere(lambda w: w.skipped_steps)
+
+    # ---- lifecycle
+    def inference(self):
+        """The worker's inference lifecycle around a block (``prepare_for_inference`` / ``finish_inference``)."""
+        return self._phase(lambda w: w.prepare_for_inference(), lambda w: w.finish_inference())
+
+    def training(self):
+        """The worker's training lifecycle around a block (``prepare_for_training`` / ``finish_training``)."""
+        # bound calls, not Worker.*: subclasses extend the hooks (the policy syncs its rollout replica)
+        return self._phase(lambda w: w.prepare_for_training(), lambda w: w.finish_training())
+
+    @contextmanager
+    def _phase(self, prepare: Callable[[W], None], finish: Callable[[W], None]) -> Iterator[None]:
+        self._local(prepare)
+        yield
+        self._local(finish)
+
+    # ---- checkpoints
+    def checkpoint_state(self) -> dict | None:
+        """Model and optimizer state in the torch.distributed.checkpoint layout, on the role's ranks (sharded
+        there); None elsewhere."""
+        return self._local(lambda w: w.checkpoint_state())
+
+    def replicated_state(self) -> dict:
+        """Schedule position and skipped-step counts, the same on every rank."""
+        return self._everywhere(lambda w: w.replicated_state())
+
+    def load_checkpoint(self, sharded: dict | None, replicated: dict) -> None:
+        """Restore the worker on the role's ranks (``sharded`` is None elsewhere)."""
+        self._local(lambda w: w.load_checkpoint(sharded, replicated))
+
+
+class PolicyRole(Role[PolicyWorker]):
+    def generate(self, prompts: list[list[int]], params: SamplingParams, key: int,
+                 sample_ids: torch.Tensor) -> Experience:
+        """Rollouts of ``prompts`` (sampled by the policy's dp ranks), the whole batch on every rank."""
+        return self._everywhere(lambda p: p.generate(prompts, params, key, sample_ids))
+
+    def get_logprobs(self, experience: Experience) -> torch.Tensor:
+        """log π(x_t | x_<t) of the current policy, [B, T] on every rank."""
+        return self._everywhere(lambda p: p.get_logprobs(experience))
+
+    def get_reference_logprobs(self, experience: Experience) -> torch.Tensor:
+        """Log-probs of the frozen reference policy, [B, T] on every rank."""
+        return self._everywhere(lambda p: p.get_reference_logprobs(experience))
+
+    def evaluate(self, problems: list[Problem], step: int) -> EvalResult:
+        """Validation of the rollout replica on ``problems``, on every rank."""
+        return self._everywhere(lambda p: evaluate(p.rollout_model, p.tokenizer, problems, p.cfg, step))
+
+
+class ValueRole(Role[ValueWorker]):
+    def get_values(self, experience: Experience) -> torch.Tensor:
+        """V(s_t) for every position of every row, [B, T] on every rank."""
+        return self._everywhere(lambda v: v.get_values(experience))
