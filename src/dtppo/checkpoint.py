@@ -12,10 +12,10 @@ Guarantees (measured in docs/reliability.md):
 - A storage error (unwritable directory, full disk) raises CheckpointError on every rank, removes the partial
   ``tmp_step_N`` and leaves the earlier checkpoints as they were.
 - ``load`` checks the manifest first: a missing, truncated or garbled file raises CheckpointError naming it.
-- ``trainer.pt`` holds only tensors and plain data and is read with torch's restricted unpickler; a file that
-  names anything else (a class, a callable) is refused with CheckpointError before any of it runs. The
-  weights' own metadata is torch.distributed.checkpoint's format, which torch unpickles freely, so a
-  checkpoint is still trusted input: exports (safetensors) are the format to share.
+- Nothing in a checkpoint is unpickled beyond tensors and plain data: ``trainer.pt`` and the weights'
+  non-tensor entries go through torch's restricted unpickler, and DCP's ``.metadata`` (which DCP reads with
+  plain pickle) must first pass an unpickler that knows only DCP's own metadata classes. A file naming
+  anything else (a callable, another class) is refused with CheckpointError before any of it runs.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 import yaml
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.tensor import DTensor
 
 from dtppo.distributed.comm import all_reduce, broadcast, is_distributed, rank
@@ -46,6 +47,7 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 _UNSUPPORTED = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 WEIGHTS_DIR = "weights"
 TRAINER_FILE = "trainer.pt"
+_DCP_METADATA = ".metadata"
 CONFIG_FILE = "config.yaml"
 MANIFEST_FILE = "manifest.json"
 _CHUNK = 8 << 20
@@ -229,9 +231,17 @@ def load(path: str | Path, sharded: dict[str, Any]) -> tuple[dict[str, Any], dic
         verify(path)
     except CheckpointError as err:
         raise CheckpointError(f"{err}{_earlier_hint(path)}") from None
+    _check_metadata(path / WEIGHTS_DIR / _DCP_METADATA)
     try:
-        dcp.load(sharded, checkpoint_id=str(path / WEIGHTS_DIR))
-    except (OSError, RuntimeError, ValueError, KeyError, CheckpointException) as err:
+        dcp.load(sharded, checkpoint_id=str(path / WEIGHTS_DIR), planner=_RestrictedLoadPlanner())
+    except CheckpointException as err:
+        cause = next(iter(err.failures.values()), None) if err.failures else None
+        if isinstance(cause, tuple) and isinstance(cause[0], pickle.UnpicklingError):
+            raise CheckpointError(_refusal(path / WEIGHTS_DIR, cause[0])) from None
+        raise CheckpointError(f"cannot load {path / WEIGHTS_DIR}: {_first_line(err)}") from None
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(_refusal(path / WEIGHTS_DIR, err)) from None
+    except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise CheckpointError(f"cannot load {path / WEIGHTS_DIR}: {_first_line(err)}") from None
     return _load_replicated(path / TRAINER_FILE), read_config(path)
 
@@ -242,11 +252,53 @@ def _load_replicated(file: Path) -> dict[str, Any]:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        culprit = _UNSUPPORTED.search(str(err))
-        what = f"it names {culprit.group(1)}" if culprit else _first_line(err)
-        raise CheckpointError(f"refusing to load {file}: it holds more than tensors and plain data ({what}); "
-                              f"checkpoints are trusted input (share `dtppo export` output instead)") from None
+        raise CheckpointError(_refusal(file, err)) from None
     except Exception as err:  # a damaged archive can raise almost anything
+        raise CheckpointError(f"cannot load {file}: {_first_line(err)}") from None
+
+
+def _refusal(file: Path, err: pickle.UnpicklingError) -> str:
+    culprit = _UNSUPPORTED.search(str(err))
+    what = f"it names {culprit.group(1)}" if culprit else _first_line(err)
+    return f"refusing to load {file}: it holds more than tensors and plain data ({what})"
+
+
+class _RestrictedLoadPlanner(DefaultLoadPlanner):
+    """DCP's default planner, except that a non-tensor entry (optimizer hyper-parameters) must pass torch's
+    restricted unpickler before DCP reads it (DCP itself reads those entries with plain pickle)."""
+
+    def load_bytes(self, read_item, value: io.BytesIO) -> None:
+        torch.load(io.BytesIO(value.getvalue()), weights_only=True)
+        value.seek(0)
+        super().load_bytes(read_item, value)
+
+
+# What torch.distributed.checkpoint's metadata file names (its own dataclasses, sizes, dtypes, layouts, paths):
+# constructors without side effects. Anything else in it is refused before DCP unpickles the file.
+_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("torch", "Size"),
+                     ("torch.serialization", "_get_layout"),
+                     ("torch.distributed.checkpoint.filesystem", "_StorageInfo")}
+_METADATA_GLOBALS |= {("torch.distributed.checkpoint.metadata", name) for name in (
+    "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata", "BytesStorageMetadata",
+    "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if dtype or (module, name) in _METADATA_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+
+
+def _check_metadata(file: Path) -> None:
+    """Raise CheckpointError unless ``file`` (DCP's pickled metadata) names only ``_METADATA_GLOBALS``."""
+    try:
+        with file.open("rb") as fh:
+            _MetadataUnpickler(fh).load()
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(_refusal(file, err)) from None
+    except Exception as err:  # a damaged file can raise almost anything
         raise CheckpointError(f"cannot load {file}: {_first_line(err)}") from None
 
 

@@ -3,6 +3,7 @@ anything else in it is refused before it can run. The replicated state (RNG stat
 exactly."""
 
 import json
+import pickle
 import random
 
 import numpy as np
@@ -66,3 +67,33 @@ def test_trainer_state_is_plain_data_and_rng_states_round_trip(tmp_path):
     assert torch.equal(torch.rand(4), expected[0])
     assert [random.random() for _ in range(4)] == expected[1]
     assert np.array_equal(np.random.standard_normal(4), expected[2])
+
+
+def test_a_pickled_object_in_the_weights_metadata_is_refused_and_never_runs(tmp_path):
+    step_dir = checkpoint.save(tmp_path / "ckpt", 1, _weights(), {"steps_done": 1}, {"ppo": {"seed": 0}}, 2)
+    marker = tmp_path / "payload_ran"
+    (step_dir / "weights" / ".metadata").write_bytes(pickle.dumps(_Payload(marker)))
+    _rewrite_manifest(step_dir)
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.load(step_dir, {"policy": {"model": {"w": torch.zeros(2, 3)}}})
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and ".metadata" in message and "refus" in message, message
+    assert not marker.exists()
+
+
+def test_a_pickled_object_among_the_weights_non_tensor_entries_is_refused_and_never_runs(tmp_path):
+    # DCP stores non-tensor entries (optimizer hyper-parameters) as pickles inside its shard files.
+    marker = tmp_path / "payload_ran"
+    state = {"policy": {"model": {"w": torch.ones(2, 3)}, "optim": {"param_groups": [{"lr": 0.1}]}}}
+    step_dir = checkpoint.save(tmp_path / "ckpt", 1, state, {"steps_done": 1}, {"ppo": {"seed": 0}}, 2)
+    hostile = {"policy": {"model": {"w": torch.ones(2, 3)}, "optim": {"param_groups": [{"lr": _Payload(marker)}]}}}
+    checkpoint.save(tmp_path / "hostile", 1, hostile, {"steps_done": 1}, {"ppo": {"seed": 0}}, 2)
+    target = {"policy": {"model": {"w": torch.zeros(2, 3)}, "optim": {"param_groups": [{"lr": 0.0}]}}}
+    checkpoint.load(step_dir, target)  # plain data loads
+    assert target["policy"]["optim"]["param_groups"][0]["lr"] == 0.1 and torch.equal(target["policy"]["model"]["w"],
+                                                                                        torch.ones(2, 3))
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.load(tmp_path / "hostile" / "step_1", target)
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and "weights" in message and "refus" in message, message
+    assert not marker.exists()
