@@ -185,7 +185,8 @@ def main() -> None:
         result = execute(run, args.reuse)
         results.append({k: v for k, v in run.items() if k != "argv"} | {"result": result})
         ev = result["explained_var_last_half_mean"]
-        print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} best {result['accuracy_best']:.3f}"
+        print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
+              f"best {result['accuracy_best']:.3f}"
               f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}", flush=True)
     summary = compare(results)
     print_table(summary)
