@@ -42,7 +42,7 @@ DEFAULT_SEEDS = {"alignment": [0, 1, 2, 3, 4], "grpo": [0, 1, 2], "clean": [0, 1
 SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8", "ppo.max_val_samples=16",
          "ppo.val_batch_size=16", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
          "value.train_global_batch_size=8", "value.train_micro_batch_size=8", "sft.num_steps=20",
-         "sft.scheduler.total_steps=20", "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2",
+         "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2",
          f"sft.output_dir={RUNS / 'small' / 'sft'}", "reward.num_workers=0"]
 METRICS = ["accuracy_start", "accuracy_best", "accuracy_final", "gain_best", "gain_final",
            "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "validation_seconds"]
@@ -185,7 +185,8 @@ def main() -> None:
         result = execute(run, args.reuse)
         results.append({k: v for k, v in run.items() if k != "argv"} | {"result": result})
         ev = result["explained_var_last_half_mean"]
-        print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} best {result['accuracy_best']:.3f}"
+        print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
+              f"best {result['accuracy_best']:.3f}"
               f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}", flush=True)
     summary = compare(results)
     print_table(summary)

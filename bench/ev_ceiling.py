@@ -53,7 +53,8 @@ def group_mean(values: torch.Tensor, groups: torch.Tensor, leave_one_out: bool) 
     """
     num_groups = int(groups.max()) + 1
     sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, values.double())
-    counts = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, torch.ones_like(values, dtype=torch.float64))
+    ones = torch.ones_like(values, dtype=torch.float64)
+    counts = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, ones)
     own_sum, own_count = sums[groups], counts[groups]
     if leave_one_out:
         own_sum, own_count = own_sum - values.double(), own_count - 1

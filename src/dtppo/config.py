@@ -206,7 +206,8 @@ class PPOConfig:
     advantage_estimator: Literal["gae", "grpo"] = "gae"
     """``gae``: GAE over the critic's V(s_t). ``grpo``: critic-free, each sample's outcome reward normalised
     within its prompt's group of ``num_generations_per_prompt`` samples (needs >= 2); no value model is built,
-    trained, checkpointed or logged, and ``normalize_advantages`` does not apply (GRPO has no step whitening)."""
+    trained, checkpointed or logged (the ``value`` section is neither used nor validated), and
+    ``normalize_advantages`` does not apply (GRPO has no step whitening)."""
     val_period: int = 10
     """Validate every N steps (and at the last step)."""
     val_at_start: bool = True
@@ -701,7 +702,8 @@ def _check(cfg: Config) -> None:
     _require(cfg.cluster.colocated or 0 < cfg.cluster.policy_ranks < cfg.cluster.world_size,
              "cluster.policy_ranks", f"must be 0 (colocated) or leave the critic at least one of the "
              f"{cfg.cluster.world_size} ranks, got {cfg.cluster.policy_ranks}")
-    for section, worker in [("policy", cfg.policy), ("value", cfg.value)]:
+    workers = [("policy", cfg.policy), ("value", cfg.value)]
+    for section, worker in workers if ppo.advantage_estimator == "gae" else workers[:1]:  # grpo: no critic
         _check_optimizer(f"{section}.optimizer", worker.optimizer)
         _check_layout(cfg, section, worker.parallel)
         _check_batches(cfg, section)

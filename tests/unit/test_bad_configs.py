@@ -123,6 +123,16 @@ def test_bad_override_is_refused_naming_the_key(kind, overrides, key):
     assert str(err.value).startswith(key + ":"), f"{kind}: {err.value}"
 
 
+def test_grpo_ignores_the_critic_sections_it_does_not_build():
+    cfg = config_lib.load(TINY, ["ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=4",
+                                 "ppo.num_prompts_per_step=2", "policy.train_global_batch_size=8",
+                                 "policy.train_micro_batch_size=8"])
+    assert cfg.samples_per_step == 8 and cfg.value.train_global_batch_size == 32  # would not divide 8 with gae
+    with pytest.raises(ConfigError, match="^value.train_global_batch_size:"):
+        config_lib.load(TINY, ["ppo.num_prompts_per_step=8", "policy.train_global_batch_size=8",
+                               "policy.train_micro_batch_size=8"])
+
+
 def test_the_real_files_and_a_hub_name_are_accepted():
     """The path checks refuse what is missing, not what is there (or resolved later by transformers)."""
     cfg = config_lib.load(TINY, [*GSM8K, "value.model.path=Qwen/Qwen2.5-0.5B"])

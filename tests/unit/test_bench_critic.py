@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-_SPEC = importlib.util.spec_from_file_location("bench_critic", Path(__file__).resolve().parents[2] / "bench" / "critic.py")
+_BENCH = Path(__file__).resolve().parents[2] / "bench"
+_SPEC = importlib.util.spec_from_file_location("bench_critic", _BENCH / "critic.py")
 critic = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(critic)
 

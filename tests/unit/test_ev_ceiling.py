@@ -5,7 +5,8 @@ from pathlib import Path
 
 import torch
 
-_SPEC = importlib.util.spec_from_file_location("ev_ceiling", Path(__file__).resolve().parents[2] / "bench" / "ev_ceiling.py")
+_BENCH = Path(__file__).resolve().parents[2] / "bench"
+_SPEC = importlib.util.spec_from_file_location("ev_ceiling", _BENCH / "ev_ceiling.py")
 ev_ceiling = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(ev_ceiling)
 
