@@ -45,7 +45,10 @@ def last_half_explained_var(records: list[dict]) -> float:
 def test_ppo_recovers_accuracy_from_the_planted_shortcut(learning_run):
     sft = read_jsonl(learning_run / "sft_logs" / "metrics.jsonl")[-1]
     assert sft["sft/accuracy"] > 0.4  # clean SFT learned the task
-    assert sft["sft/accuracy_after_careless_stage"] < 0.15  # the shortcut is planted
+    # The shortcut is planted: the careless stage removes most of it. Stated as a drop, not a level: float
+    # results differ between AVX2 and AVX-512 kernels and 450 SFT steps amplify that (65 % -> 3 % on one machine,
+    # 84.8 % -> 22.3 % on an AVX2-only one, docs/learning.md).
+    assert sft["sft/accuracy"] - sft["sft/accuracy_after_careless_stage"] > 0.3
     val = {r["step"]: r["validation/accuracy"] for r in read_jsonl(learning_run / "ppo" / "metrics.jsonl")
            if "validation/accuracy" in r}
     start, late = val[0], (val[15] + val[20]) / 2
