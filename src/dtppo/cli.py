@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,10 @@ def _load(args: argparse.Namespace) -> config_lib.Config:
     except config_lib.ConfigError as err:
         print(f"dtppo: config error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if cfg.policy.generation.backend == "vllm":
+        # Before torch starts its OpenMP pool (spawned ranks inherit it): vLLM's CPU kernels spin-wait, and two
+        # threads on a busy machine slow generation 10-50x (docs/design.md). An explicit setting is kept.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     return cfg
 
 
@@ -121,8 +126,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     cfg = _load(args)
     trainer = PPOTrainer(cfg)
     trainer.maybe_resume()
-    result = trainer.policy.run(lambda p: evaluate(p.rollout_model, trainer.tokenizer, trainer.validation_problems,
-                                                   cfg, trainer.steps_done))
+    with trainer.policy.generation():
+        result = trainer.policy.run(lambda p: evaluate(p.sample, trainer.tokenizer, trainer.validation_problems,
+                                                       cfg, trainer.steps_done))
     print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
                                 "avg_length": result.avg_length}))
     for question, response, truth, reward in result.samples[:5]:

@@ -9,6 +9,7 @@ with the full dotted key path, and cross-field rules are checked once here so no
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 import types
@@ -68,6 +69,12 @@ class GenerationConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     val_greedy: bool = True
+    backend: Literal["torch", "vllm"] = "torch"
+    """Who samples rollouts and validation answers: ``torch`` (dtppo's KV-cache sampler on the rank's replica)
+    or ``vllm`` (one in-process vLLM engine per policy rank, refit in place after each update; needs
+    ``pip install dtppo[vllm]``, see README)."""
+    vllm_kv_cache_mib: int = 256
+    """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -437,6 +444,8 @@ def _check(cfg: Config) -> None:
     gen = cfg.policy.generation
     _require(gen.temperature > 0.0, "policy.generation.temperature", "must be > 0")
     _require(0.0 < gen.top_p <= 1.0, "policy.generation.top_p", "must be in (0, 1]")
+    if gen.backend == "vllm":
+        _check_vllm(cfg)
     _require(cfg.cluster.colocated or 0 < cfg.cluster.policy_ranks < cfg.cluster.world_size,
              "cluster.policy_ranks", f"must be 0 (colocated) or leave the critic at least one of the "
              f"{cfg.cluster.world_size} ranks, got {cfg.cluster.policy_ranks}")
@@ -462,6 +471,26 @@ def _check(cfg: Config) -> None:
         _require(cfg.data.train.path is not None, "data.train.path", "required when data.task is gsm8k")
         _require(cfg.data.validation.path is not None, "data.validation.path",
                  "required when data.task is gsm8k")
+
+
+VLLM_INSTALL = "pip install 'dtppo[vllm]'"
+
+
+def _check_vllm(cfg: Config) -> None:
+    """What the vLLM backend supports: one whole-model engine per policy rank, built on every rank."""
+    key = "policy.generation.backend"
+    _require(importlib.util.find_spec("vllm") is not None, key,
+             f"vllm is not installed in this Python; install it with {VLLM_INSTALL} (CPU) or see README (GPU)")
+    _require(cfg.policy.parallel.tp == 1, "policy.parallel.tp",
+             f"must be 1 with {key}=vllm (a tensor-parallel vLLM engine inside the training ranks is not "
+             f"supported yet), got {cfg.policy.parallel.tp}")
+    _require(cfg.policy.generation.top_p == 1.0, "policy.generation.top_p",
+             f"must be 1 with {key}=vllm: vLLM reports log-probs of the top-p-truncated distribution, the "
+             f"trainer of the full tempered one, got {cfg.policy.generation.top_p}")
+    # vLLM's engine creates process groups collectively over all launched ranks, so every rank must build one.
+    _require(cfg.cluster.colocated, "cluster.policy_ranks",
+             f"must be 0 (policy and critic colocated) with {key}=vllm, got {cfg.cluster.policy_ranks}")
+    _require(cfg.policy.generation.vllm_kv_cache_mib >= 1, "policy.generation.vllm_kv_cache_mib", "must be >= 1")
 
 
 def _check_schedules_and_sft(cfg: Config) -> None:

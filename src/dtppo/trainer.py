@@ -73,7 +73,7 @@ class PPOTrainer:
             problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
             prompts = encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
 
-        with timer("generation"), self.policy.inference():
+        with timer("generation"), self.policy.generation():
             key, sample_ids = stream_key(cfg.ppo.seed, self.steps_done), torch.arange(len(prompts))
             experience = self.policy.run(lambda p: p.generate(prompts, self._sampling_params(), key, sample_ids))
 
@@ -109,6 +109,10 @@ class PPOTrainer:
                 critic_runs.append(self.value.share(critic_stats))
                 if train_policy:
                     policy_runs.append(self.policy.share(policy_stats))
+
+        if train_policy:
+            with timer("weight_refit"):  # the generator samples the next step from the updated policy
+                self.policy.local(lambda p: p.refit())
 
         metrics = self._rollout_metrics(experience)
         metrics |= {f"train/critic/{k}": v for k, v in mean_over(critic_runs).items()}
@@ -173,8 +177,9 @@ class PPOTrainer:
 
     def validate(self) -> dict[str, float]:
         start = time.perf_counter()
-        result = self.policy.run(lambda p: evaluate(p.rollout_model, self.tokenizer, self.validation_problems,
-                                                    self.cfg, self.steps_done))
+        with self.policy.generation():
+            result = self.policy.run(lambda p: evaluate(p.sample, self.tokenizer, self.validation_problems,
+                                                        self.cfg, self.steps_done))
         return {
             "validation/accuracy": result.accuracy,
             "validation/avg_length": result.avg_length,

@@ -39,12 +39,16 @@ class Pool(Generic[W]):
     def run(self, call: Callable[[W], T]) -> T:
         return self.share(self.local(call))
 
+    # bound calls, not Worker.*: the policy worker adds hooks of its own
     def inference(self):
-        """The worker's inference lifecycle around a block (weights on device, eval mode)."""
+        """The worker's no-grad forward passes around a block (``prepare_for_inference``/``finish_inference``)."""
         return self._phase(lambda w: w.prepare_for_inference(), lambda w: w.finish_inference())
 
+    def generation(self):
+        """Sampling around a block (policy only): wakes a sleeping vLLM engine, puts it back to sleep after."""
+        return self._phase(lambda w: w.prepare_for_generation(), lambda w: w.finish_generation())
+
     def training(self):
-        # bound calls, not Worker.*: subclasses extend the hooks (the policy syncs its rollout replica)
         return self._phase(lambda w: w.prepare_for_training(), lambda w: w.finish_training())
 
     @contextmanager
