@@ -473,14 +473,14 @@ def _check(cfg: Config) -> None:
                  "required when data.task is gsm8k")
 
 
-VLLM_INSTALL = "pip install 'dtppo[vllm]'"
+VLLM_INSTALL = "`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 (pins torch 2.13.0; README)"
 
 
 def _check_vllm(cfg: Config) -> None:
     """What the vLLM backend supports: one whole-model engine per policy rank, built on every rank."""
     key = "policy.generation.backend"
     _require(importlib.util.find_spec("vllm") is not None, key,
-             f"vllm is not installed in this Python; install it with {VLLM_INSTALL} (CPU) or see README (GPU)")
+             f"vllm is not installed in this Python; install it with {VLLM_INSTALL}")
     _require(cfg.policy.parallel.tp == 1, "policy.parallel.tp",
              f"must be 1 with {key}=vllm (a tensor-parallel vLLM engine inside the training ranks is not "
              f"supported yet), got {cfg.policy.parallel.tp}")
