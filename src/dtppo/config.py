@@ -473,7 +473,8 @@ def _check(cfg: Config) -> None:
                  "required when data.task is gsm8k")
 
 
-VLLM_INSTALL = "`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 (pins torch 2.13.0; README)"
+VLLM_INSTALL = ("`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 "
+                "(pins torch 2.13.0; README)")
 
 
 def _check_vllm(cfg: Config) -> None:
