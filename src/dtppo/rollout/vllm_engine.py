@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterable
 
 import torch
+from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
 from dtppo.rollout.sampler import SamplingParams, left_padded, right_padded, splitmix
@@ -43,6 +44,17 @@ def request_seeds(key: int, sample_ids: torch.Tensor) -> list[int]:
     return [int(s) & ((1 << 63) - 1) for s in mixed]
 
 
+def _untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each tensor once, under its first name: a tied lm_head is left out (as HF saves it),
+    so the embedding it shares is what vLLM loads."""
+    tensors, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            tensors[name] = tensor.detach().contiguous()
+    return tensors
+
+
 class VLLMEngine:
     """A vLLM ``LLM`` holding a copy of the policy, with dtppo's generate/refit/sleep/wake on top."""
 
@@ -55,7 +67,10 @@ class VLLMEngine:
         self.asleep = False
         dtype = next(model.parameters()).dtype
         with tempfile.TemporaryDirectory(prefix="dtppo-vllm-") as directory:
-            model.save_pretrained(directory)
+            # Written by hand, not save_pretrained: under torch.distributed that writes on global rank 0 only,
+            # and every rank's engine loads its own copy.
+            model.config.to_json_file(os.path.join(directory, "config.json"))
+            save_file(_untied_state_dict(model), os.path.join(directory, "model.safetensors"))
             self.llm = LLM(model=directory, skip_tokenizer_init=True, dtype=dtype, seed=seed,
                            max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_mib << 20,
                            enable_prefix_caching=False, enforce_eager=True, logprobs_mode="processed_logprobs",
