@@ -52,7 +52,9 @@ def test_logprobs_agree_at_temperature_0_7_after_every_refit(probe):
 
 
 def test_without_the_refit_the_same_check_fails(probe):
-    assert all(e > 1.001 for e in probe["errors_without_refit"]), probe["errors_without_refit"]
+    """Refit switched off after step 3: step 4 still samples from the current policy, step 5 from a stale one."""
+    fresh, stale = probe["errors_without_refit"]
+    assert fresh <= 1.001 < stale, probe["errors_without_refit"]
 
 
 def test_seeded_samples_repeat_and_do_not_depend_on_batch_composition(probe):
@@ -135,7 +137,9 @@ def test_under_ray_with_the_local_runs_rollouts(cli_runs, sft_dir):
 def test_kill_and_resume_reproduces_the_run(tmp_path):
     """As tests/functional/test_kill.py at one rank: killed inside step 2's checkpoint write, the resumed run
     (a new engine, refit from step 1's weights) redoes step 2 with exactly the same metrics."""
-    spec, ckpt, log = RunSpec(steps=2, extra=tuple(VLLM)), tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"
+    # vLLM's CPU attention has no kernel for RunSpec's head size 16: the policy gets the tiny recipe's width.
+    extra = (*VLLM, "policy.model.tiny.hidden_size=128")
+    spec, ckpt, log = RunSpec(steps=2, extra=extra), tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"
     point = KillPoint("checkpoint", 0.1, save=2, pause_s=0.4, wait_for="manifest.json")
     kill = kill_at(launch(spec, tmp_path, "run", {PAUSE_ENV: str(point.pause_s)}), point, ckpt, 0.0,
                    random.Random(0))

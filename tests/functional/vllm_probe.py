@@ -55,7 +55,8 @@ def main(sft_dir: str, out: str) -> None:
     trainer = PPOTrainer(cfg)
     result = sampling_checks(trainer)
     steps = [trainer.step() for _ in range(STEPS_WITH_REFIT)]
-    # Negative control: the engine keeps the weights it had, so the next rollouts come from a stale policy.
+    # Negative control: from here on the engine keeps the weights it has. The next step still samples from the
+    # current policy; the one after samples from a policy one update old.
     trainer.policy.worker.vllm.refit = lambda weights: None
     stale = [trainer.step() for _ in range(STEPS_WITHOUT_REFIT)]
     trainer.scorer.close()
