@@ -129,6 +129,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     with trainer.policy.generation():
         result = trainer.policy.run(lambda p: evaluate(p.sample, trainer.tokenizer, trainer.validation_problems,
                                                        cfg, trainer.steps_done))
+    trainer.policy.local(lambda p: p.close())
     print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
                                 "avg_length": result.avg_length}))
     for question, response, truth, reward in result.samples[:5]:

@@ -207,6 +207,7 @@ class PPOTrainer:
                 if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last):
                     self.save()
         finally:
+            self.policy.local(lambda p: p.close())
             logger.close()
             if self.scorer is not None:
                 self.scorer.close()

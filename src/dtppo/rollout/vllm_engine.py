@@ -119,3 +119,12 @@ class VLLMEngine:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
+
+    def close(self) -> None:
+        """Destroy the process groups vLLM built over the job's ranks, while the job's default group still
+        exists; the engine cannot generate afterwards. Without this, vLLM's exit handler tries to destroy them
+        after the job has torn its groups down and prints a traceback at exit."""
+        from vllm.distributed import parallel_state
+
+        parallel_state.destroy_model_parallel()
+        parallel_state.get_world_group().destroy()  # a second destroy (vLLM's, at exit) finds nothing to do

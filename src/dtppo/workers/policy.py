@@ -85,6 +85,11 @@ class PolicyWorker(Worker):
             full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
             self.rollout_model.load_state_dict(full)
 
+    def close(self) -> None:
+        """End of the run: release the vLLM engine's process groups (nothing to do for the torch backend)."""
+        if self.vllm is not None:
+            self.vllm.close()
+
     def _full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, whole tensor) per parameter, gathered lazily: collective, every policy rank iterates.
         Tied parameters come under each of their names: vLLM's CPU build keeps a separate (repacked) copy of

@@ -4,9 +4,9 @@ decoder (src/dtppo/rollout/decoder.py) and with HF's own forward + DynamicCache,
 ``model.generate``; plus the engine's start-up and in-place refit times. Demo model (~1M parameters) and the
 ~20M model of bench/workload.py, random init, the same tiny-math prompts for every variant, T = 1 over the full
 vocabulary, EOS disabled so every row generates exactly ``--new-tokens`` tokens. fp32, one OpenMP thread (the
-setting the vllm backend runs with on CPU). Prints a table and writes bench/results/vllm.json.
+setting the vllm backend runs with on CPU). Prints a table and writes bench/results/vllm_rollout.json.
 
-    python bench/vllm.py [--batch 64] [--new-tokens 48] [--rounds 5] [--models tiny,20m]
+    python bench/vllm_rollout.py [--batch 64] [--new-tokens 48] [--rounds 5] [--models tiny,20m]
 
 Variants run interleaved, round by round, so load from other processes falls on all of them; medians.
 """
@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--models", default="tiny,20m")
     args = parser.parse_args()
-    command = "python bench/vllm.py " + " ".join(sys.argv[1:])
+    command = "python bench/vllm_rollout.py " + " ".join(sys.argv[1:])
     t0 = time.perf_counter()
     import vllm  # noqa: F401
 
@@ -141,7 +141,7 @@ def main() -> None:
     meta = {"args": vars(args), "import_vllm_s": import_s, "threads": torch.get_num_threads(),
             "shared_machine": True, "torch": torch.__version__,
             "mean_prompt_tokens": statistics.mean(len(p) for p in prompts)}
-    out = ROOT / "bench" / "results" / "vllm.json"
+    out = ROOT / "bench" / "results" / "vllm_rollout.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out}")
 
