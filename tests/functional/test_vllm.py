@@ -59,10 +59,11 @@ def test_without_the_refit_the_same_check_fails(probe):
 
 def test_seeded_samples_repeat_and_do_not_depend_on_batch_composition(probe):
     """Per-request seeds from (seed, step, sample id): a rerun draws the same tokens, and so does the same
-    sample in a batch of 8 instead of 16 or at another position; another stream key draws other tokens."""
+    sample in a batch of 8 or 256 instead of 16 or at another position; another stream key draws other tokens."""
     assert probe["rerun"] == probe["whole"]
     assert probe["halves"] == probe["whole"]
     assert probe["reversed"] == probe["whole"]
+    assert probe["crowded_rows"] == 256 and probe["crowded"] == probe["whole"]
     assert probe["other_key"] != probe["whole"]
 
 

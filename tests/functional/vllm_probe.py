@@ -40,10 +40,12 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     halves = responses(worker.sample(prompts[:8], tempered, key, ids[:8])) + \
         responses(worker.sample(prompts[8:], tempered, key, ids[8:]))
     reversed_order = responses(worker.sample(prompts[::-1], tempered, key, ids.flip(0)))[::-1]
+    # 256 prompts (~20k prompt tokens) exceed one scheduler step's token budget: the first 16 rows again.
+    crowded = responses(worker.sample(prompts * 16, tempered, key, torch.arange(256)))
     return {
         "greedy_vllm": responses(by_vllm), "greedy_torch": responses(by_torch),
         "whole": whole, "rerun": responses(worker.sample(prompts, tempered, key, ids)),
-        "halves": halves, "reversed": reversed_order,
+        "halves": halves, "reversed": reversed_order, "crowded": crowded[:16], "crowded_rows": len(crowded),
         "other_key": responses(worker.sample(prompts, tempered, key + 1, ids)),
     }
 

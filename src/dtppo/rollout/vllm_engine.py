@@ -74,6 +74,9 @@ class VLLMEngine:
             self.llm = LLM(model=directory, skip_tokenizer_init=True, dtype=dtype, seed=seed,
                            max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_mib << 20,
                            enable_prefix_caching=False, enforce_eager=True, logprobs_mode="processed_logprobs",
+                           # A prompt prefilled in chunks rewinds its seeded generator, which CPU generators
+                           # cannot do ("CPU Generator does not use offset"): prefill every prompt whole.
+                           enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192),
                            enable_sleep_mode=self.sleep_supported)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int, key: int,
