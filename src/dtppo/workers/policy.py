@@ -38,12 +38,11 @@ class PolicyWorker(Worker):
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
         )
-        # Generation runs on a whole (unsharded) replica, refreshed after each update, so ranks decode
-        # independently with no collective per token and may stop at different lengths.
+        # Generation runs on a whole (unsharded) copy of the policy, refreshed after each update (``refit``), so
+        # ranks decode independently with no collective per token and may stop at different lengths. torch:
+        # a replica (the model itself when unsharded); vllm: the engine's own copy, so no replica is kept.
         full = full.to(self.placement.device)
         gen = cfg.policy.generation
-        # backend=torch samples from a whole replica (or the model itself when unsharded); backend=vllm from
-        # an engine holding its own copy, so no replica is kept.
         self.rollout_model = None
         self.vllm = None
         if gen.backend == "vllm":
@@ -113,7 +112,6 @@ class PolicyWorker(Worker):
         return self.placement.gather_experience(part, self.tokenizer.pad_token_id)
 
     # ---- inference
-
     @torch.no_grad()
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
         """log π(x_t | x_<t) of the current policy. Returns [B, T] float32, 0 at t=0 and on padding."""
