@@ -8,7 +8,8 @@ setting the vllm backend runs with on CPU). Prints a table and writes bench/resu
 
     python bench/vllm_rollout.py [--batch 64] [--new-tokens 48] [--rounds 5] [--models tiny,20m]
 
-Variants run interleaved, round by round, so load from other processes falls on all of them; medians.
+Variants run interleaved, round by round, so load from other processes falls on all of them; medians of wall
+time (tok/s) and of this process's CPU time (tok/CPU-s, which leaves out time spent waiting for a core).
 """
 
 from __future__ import annotations
@@ -94,13 +95,15 @@ def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) 
     for run in variants.values():  # warm-up
         assert run() == args.batch * args.new_tokens
     times: dict[str, list[float]] = {v: [] for v in variants}
+    cpu_times: dict[str, list[float]] = {v: [] for v in variants}  # process CPU time: leaves out waiting for a core
     refits = []
     with torch.no_grad():
         for _ in range(args.rounds):
             for variant, run in variants.items():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 run()
                 times[variant].append(time.perf_counter() - t0)
+                cpu_times[variant].append(time.process_time() - c0)
             t0 = time.perf_counter()
             engine.refit((n, p.detach()) for n, p in model.named_parameters(remove_duplicate=False))
             refits.append(time.perf_counter() - t0)
@@ -108,7 +111,9 @@ def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) 
     common = {"model": name, "parameters": params, "load_average_1min_at_start": load, "command": command}
     tokens = args.batch * args.new_tokens
     rows = [common | {"variant": v, "tokens_per_s": tokens / statistics.median(s),
-                      "seconds_median": statistics.median(s), "seconds_all": s} for v, s in times.items()]
+                      "tokens_per_cpu_s": tokens / statistics.median(cpu_times[v]),
+                      "seconds_median": statistics.median(s), "seconds_all": s, "cpu_seconds_all": cpu_times[v]}
+            for v, s in times.items()]
     rows.append(common | {"variant": "vllm engine start-up (LLM(...) after import)", "seconds_median": startup})
     rows.append(common | {"variant": "vllm in-place refit (reload_weights, all parameters)",
                           "seconds_median": statistics.median(refits), "seconds_all": refits})
@@ -135,7 +140,8 @@ def main() -> None:
     print(f"import vllm: {import_s:.1f} s; {args.batch} prompts x {args.new_tokens} new tokens; 1 thread; "
           f"measured on a shared machine (1-min load average per model below)")
     for r in rows:
-        rate = f"{r['tokens_per_s']:>8.0f} tok/s" if "tokens_per_s" in r else " " * 14
+        rate = (f"{r['tokens_per_s']:>8.0f} tok/s {r['tokens_per_cpu_s']:>8.0f} tok/CPU-s" if "tokens_per_s" in r
+                else " " * 32)
         print(f"{r['model']:>5}  {r['variant']:<52} {rate}  {r['seconds_median']:8.3f} s  "
               f"load {r['load_average_1min_at_start']:.1f}")
     meta = {"args": vars(args), "import_vllm_s": import_s, "threads": torch.get_num_threads(),
