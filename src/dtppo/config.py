@@ -71,8 +71,8 @@ class GenerationConfig:
     val_greedy: bool = True
     backend: Literal["torch", "vllm"] = "torch"
     """Who samples rollouts and validation answers: ``torch`` (dtppo's KV-cache sampler on the rank's replica)
-    or ``vllm`` (one in-process vLLM engine per policy rank, refit in place after each update; needs
-    ``pip install dtppo[vllm]``, see README)."""
+    or ``vllm`` (one in-process vLLM engine per policy rank, refit in place after each update; needs vLLM
+    installed: ``make venv`` puts the CPU build in .venv, README names the GPU wheel)."""
     vllm_kv_cache_mib: int = 256
     """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
 
