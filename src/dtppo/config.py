@@ -103,6 +103,12 @@ class GenerationConfig:
     """Nucleus sampling mass (1 = off)."""
     val_greedy: bool = True
     """Validation decodes greedily."""
+    backend: Literal["torch", "vllm"] = "torch"
+    """Who samples rollouts and validation answers: ``torch`` (dtppo's KV-cache sampler on the rank's replica)
+    or ``vllm`` (one in-process vLLM engine per policy rank, refit in place after each update; needs vLLM
+    installed: ``make venv`` puts the CPU build in .venv, README names the GPU wheel)."""
+    vllm_kv_cache_mib: int = 256
+    """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -699,6 +705,8 @@ def _check(cfg: Config) -> None:
     gen = cfg.policy.generation
     _require(gen.temperature > 0.0, "policy.generation.temperature", "must be > 0")
     _require(0.0 < gen.top_p <= 1.0, "policy.generation.top_p", "must be in (0, 1]")
+    if gen.backend == "vllm":
+        _check_vllm(cfg)
     _require(cfg.cluster.colocated or 0 < cfg.cluster.policy_ranks < cfg.cluster.world_size,
              "cluster.policy_ranks", f"must be 0 (colocated) or leave the critic at least one of the "
              f"{cfg.cluster.world_size} ranks, got {cfg.cluster.policy_ranks}")
@@ -744,6 +752,27 @@ def _check_grpo(cfg: Config) -> None:
     _require(not (cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward), "loss.kl_in_reward",
              "must be false with ppo.advantage_estimator=grpo (its advantages use the outcome reward only; "
              "the KL goes in the loss, as in DeepSeekMath)")
+
+
+VLLM_INSTALL = ("`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 "
+                "(pins torch 2.13.0; README)")
+
+
+def _check_vllm(cfg: Config) -> None:
+    """What the vLLM backend supports: one whole-model engine per policy rank, built on every rank."""
+    key = "policy.generation.backend"
+    _require(importlib.util.find_spec("vllm") is not None, key,
+             f"vllm is not installed in this Python; install it with {VLLM_INSTALL}")
+    _require(cfg.policy.parallel.tp == 1, "policy.parallel.tp",
+             f"must be 1 with {key}=vllm (a tensor-parallel vLLM engine inside the training ranks is not "
+             f"supported yet), got {cfg.policy.parallel.tp}")
+    _require(cfg.policy.generation.top_p == 1.0, "policy.generation.top_p",
+             f"must be 1 with {key}=vllm: vLLM reports log-probs of the top-p-truncated distribution, the "
+             f"trainer of the full tempered one, got {cfg.policy.generation.top_p}")
+    # vLLM's engine creates process groups collectively over all launched ranks, so every rank must build one.
+    _require(cfg.cluster.colocated, "cluster.policy_ranks",
+             f"must be 0 (policy and critic colocated) with {key}=vllm, got {cfg.cluster.policy_ranks}")
+    _require(cfg.policy.generation.vllm_kv_cache_mib >= 1, "policy.generation.vllm_kv_cache_mib", "must be >= 1")
 
 
 def _check_schedules_and_sft(cfg: Config) -> None:

@@ -17,7 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import Config, SchedulerConfig
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
-from dtppo.evaluation import evaluate
+from dtppo.evaluation import evaluate, model_sampler
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import to_floats
 from dtppo.models.causal_lm import build_causal_lm
@@ -81,7 +81,8 @@ def run_sft(cfg: Config) -> dict[str, float]:
     engine = TrainEngine(model, sft.optimizer, sft.scheduler, sft.max_grad_norm)
     step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(source, cfg.ppo.seed + 1), sft.num_steps,
                         logger, 0)
-    results = {"sft/accuracy": evaluate(model, tokenizer, validation, cfg, step).accuracy}
+    sample = model_sampler(model, tokenizer)
+    results = {"sft/accuracy": evaluate(sample, tokenizer, validation, cfg, step).accuracy}
     careless = sft.careless_stage
     if careless.num_steps > 0:
         careless_source, _ = build_sources(cfg, careless_fraction=careless.careless_fraction)
@@ -89,7 +90,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
         engine = TrainEngine(model, optim, SchedulerConfig(total_steps=careless.num_steps), sft.max_grad_norm)
         step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(careless_source, cfg.ppo.seed + 2),
                             careless.num_steps, logger, step)
-        results["sft/accuracy_after_careless_stage"] = evaluate(model, tokenizer, validation, cfg, step).accuracy
+        results["sft/accuracy_after_careless_stage"] = evaluate(sample, tokenizer, validation, cfg, step).accuracy
     results["sft/seconds"] = time.perf_counter() - start
     logger.log(step, results)
     logger.close()

@@ -89,7 +89,7 @@ class PPOTrainer:
             problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
             prompts = encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
 
-        with timer("generation"), self.policy.inference():
+        with timer("generation"), self.policy.generation():
             key, sample_ids = stream_key(cfg.ppo.seed, self.steps_done), torch.arange(len(prompts))
             experience = self.policy.generate(prompts, self._sampling_params(), key, sample_ids)
 
@@ -127,6 +127,10 @@ class PPOTrainer:
                     critic_runs.append(self.value.share(critic_stats))
                 if train_policy:
                     policy_runs.append(self.policy.share(policy_stats))
+
+        if train_policy:
+            with timer("weight_refit"):  # the generator samples the next step from the updated policy
+                self.policy.refit()
 
         metrics = self._rollout_metrics(experience)
         if policy_runs:
@@ -205,7 +209,8 @@ class PPOTrainer:
 
     def validate(self) -> dict[str, float]:
         start = time.perf_counter()
-        result = self.policy.evaluate(self.validation_problems, self.steps_done)
+        with self.policy.generation():
+            result = self.policy.evaluate(self.validation_problems, self.steps_done)
         return {
             "validation/accuracy": result.accuracy,
             "validation/avg_length": result.avg_length,
@@ -237,6 +242,7 @@ class PPOTrainer:
                     self.save()
             finished = True
         finally:
+            self.policy.close()
             logger.close(finished)
             if self.scorer is not None:
                 self.scorer.close()

@@ -63,7 +63,8 @@ def worker_round(overrides: list[str], out_path: str) -> None:
     noise = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(1)) * 0.1
     exp = exp.replace(old_values=values + 0.3 * noise, old_logprobs=logprobs + noise)
     value_metrics, policy_metrics = value.train(exp), policy.train(exp)
-    policy.finish_training()  # refreshes the generation replica, as the trainer's lifecycle does
+    policy.finish_training()
+    policy.refit()  # refreshes the generation replica, as the trainer's weight_refit phase does
     result = {
         "values": values, "logprobs": logprobs, "value_metrics": value_metrics, "policy_metrics": policy_metrics,
         "policy_weights": _full(policy.model), "value_weights": _full(value.model),

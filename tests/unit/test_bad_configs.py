@@ -7,6 +7,8 @@ exit code 2, the key on stderr, nothing written.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import subprocess
 import sys
 import time
@@ -40,6 +42,7 @@ BAD_OVERRIDES = [
     ("wrong type", ["policy.generation.temperature=.nan"], "policy.generation.temperature"),
     ("bad choice", ["cluster.backend=slurm"], "cluster.backend"),
     ("bad choice", ["data.on_bad_row=ignore"], "data.on_bad_row"),
+    ("bad choice", ["policy.generation.backend=jax"], "policy.generation.backend"),
     ("learning rate", ["policy.optimizer.lr=-1e-4"], "policy.optimizer.lr"),
     ("learning rate", ["value.optimizer.lr=0"], "value.optimizer.lr"),
     ("learning rate", ["sft.optimizer.lr=.inf"], "sft.optimizer.lr"),
@@ -171,3 +174,34 @@ def test_cli_exits_2_naming_the_key_before_any_compute(tmp_path):
                                                 "got -0.0001"]
     assert list(tmp_path.iterdir()) == []  # no run directory, no SFT output, no checkpoint
     assert time.monotonic() - start < 60
+
+
+def _vllm_importable(monkeypatch, importable: bool) -> None:
+    real = importlib.util.find_spec
+    spec = importlib.machinery.ModuleSpec("vllm", None) if importable else None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "vllm" else real(name, *a))
+
+
+def test_vllm_backend_without_vllm_is_refused_naming_the_key_and_the_install(monkeypatch):
+    _vllm_importable(monkeypatch, False)
+    with pytest.raises(ConfigError) as err:
+        config_lib.load(TINY, ["policy.generation.backend=vllm"])
+    assert str(err.value).startswith("policy.generation.backend:")
+    assert "make venv" in str(err.value) and "pip install vllm==" in str(err.value)
+
+
+VLLM_UNSUPPORTED = [
+    (["cluster.workers_per_node=2", "policy.train_micro_batch_size=8", "policy.parallel.tp=2"], "policy.parallel.tp"),
+    (["cluster.workers_per_node=2", "cluster.policy_ranks=1"], "cluster.policy_ranks"),
+    (["policy.generation.top_p=0.9"], "policy.generation.top_p"),
+    (["policy.generation.vllm_kv_cache_mib=0"], "policy.generation.vllm_kv_cache_mib"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", VLLM_UNSUPPORTED, ids=[k for _, k in VLLM_UNSUPPORTED])
+def test_what_the_vllm_backend_does_not_support_is_refused(monkeypatch, overrides, key):
+    _vllm_importable(monkeypatch, True)
+    assert config_lib.load(TINY, ["policy.generation.backend=vllm"]).policy.generation.backend == "vllm"
+    with pytest.raises(ConfigError) as err:
+        config_lib.load(TINY, ["policy.generation.backend=vllm", *overrides])
+    assert str(err.value).startswith(key + ":"), err.value

@@ -43,6 +43,7 @@ def test_gpu_recipe_mirrors_reference():
     assert cfg.loss.value_clip == 0.5 and cfg.ppo.normalize_advantages and cfg.loss.kl_coef == 0.0
     assert (cfg.loss.ratio_clip_low, cfg.loss.ratio_clip_high, cfg.loss.ratio_clip_c) == (0.2, 0.2, 3.0)
     assert cfg.policy.generation.max_new_tokens == 512 and cfg.policy.generation.temperature == 1.0
+    assert cfg.policy.generation.backend == "vllm"  # loading it needs vllm installed (CI's .venv has the CPU build)
     assert cfg.ppo.val_period == 1 and cfg.ppo.max_val_samples == 256 and cfg.checkpointing.save_period == 10
 
 

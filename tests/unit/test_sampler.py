@@ -28,6 +28,19 @@ def test_generation_logprobs_match_a_full_forward():
     assert torch.all(exp.gen_logprobs[exp.response_mask == 0] == 0)
 
 
+def test_generation_logprobs_are_of_the_tempered_distribution():
+    """At T = 0.7 π_gen is softmax(logits / 0.7), as the trainer computes it: token_mult_prob_error ≈ 1; the
+    untempered log-probs (what a sampler that ignored T would report) are far off."""
+    model, mask_error = _model(), lambda a, b, m: float((torch.exp((a - b).abs()) * m).sum() / m.sum())
+    exp = generate(model, _prompts(8), SamplingParams(20, temperature=0.7), TOK.eos_token_id, TOK.pad_token_id, 7,
+                   torch.arange(8))
+    with torch.no_grad():
+        logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
+    tempered, plain = (logprobs_from_logits(logits / t, exp.input_ids) for t in (0.7, 1.0))
+    assert mask_error(tempered, exp.gen_logprobs, exp.response_mask) <= 1.001
+    assert mask_error(plain, exp.gen_logprobs, exp.response_mask) > 1.01
+
+
 def test_rows_are_right_padded_prompt_then_response():
     model = _model()
     prompts = _prompts(5)

@@ -45,7 +45,7 @@ def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
     return (x >> bits) & ((1 << (64 - bits)) - 1)
 
 
-def _splitmix(x: torch.Tensor) -> torch.Tensor:
+def splitmix(x: torch.Tensor) -> torch.Tensor:
     x = x * _GOLDEN
     x = (x ^ _shr(x, 30)) * _MIX1
     x = (x ^ _shr(x, 27)) * _MIX2
@@ -59,9 +59,9 @@ def counter_uniform_steps(key: int, sample_ids: torch.Tensor, t0: int, steps: in
     """
     device = sample_ids.device
     t = torch.arange(t0, t0 + steps, device=device)
-    base = _splitmix(sample_ids.long() + _splitmix(torch.tensor(key, dtype=torch.long, device=device)))
-    row = _splitmix(base[None, :] + t[:, None])
-    cells = _splitmix(row[:, :, None] + torch.arange(vocab_size, device=device))
+    base = splitmix(sample_ids.long() + splitmix(torch.tensor(key, dtype=torch.long, device=device)))
+    row = splitmix(base[None, :] + t[:, None])
+    cells = splitmix(row[:, :, None] + torch.arange(vocab_size, device=device))
     return (_shr(cells, 40).double() + 0.5) / float(1 << 24)
 
 
@@ -77,7 +77,7 @@ def gumbel_noise(key: int, sample_ids: torch.Tensor, t0: int, steps: int, vocab_
 
 def stream_key(seed: int, step: int, stream: int = 0) -> int:
     """One integer per (seed, step, stream); stream 0 is training rollouts, 1 validation."""
-    return int(_splitmix(torch.tensor(seed * 1_000_003 + step * 7 + stream, dtype=torch.long)))
+    return int(splitmix(torch.tensor(seed * 1_000_003 + step * 7 + stream, dtype=torch.long)))
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -130,7 +130,7 @@ class _NoiseStream:
         return self.noise[t - self.start]
 
 
-def _left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
+def left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, attention_mask, prompt_lengths): prompts left-padded so every row's next token is column W."""
     width = max(len(p) for p in prompts)
@@ -158,7 +158,7 @@ def generate(
     ``compile``: run the decode step under torch.compile (Qwen2/Llama-shaped models; the first call compiles).
     """
     device = next(model.parameters()).device
-    ids, attn, prompt_lengths = _left_padded(prompts, pad_id, device)
+    ids, attn, prompt_lengths = left_padded(prompts, pad_id, device)
     batch, width, max_new = ids.shape[0], ids.shape[1], params.max_new_tokens
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     static = static_decoder_supported(model)
@@ -182,10 +182,10 @@ def generate(
             break
         logits = (decoder.decode(tok, width + t, rotations[:, t]) if static
                   else decoder.decode(tok, prompt_lengths + t))
-    return _right_padded(ids, prompt_lengths, tokens[:steps].T, logprobs[:steps].T, eos_id, pad_id)
+    return right_padded(ids, prompt_lengths, tokens[:steps].T, logprobs[:steps].T, eos_id, pad_id)
 
 
-def _right_padded(
+def right_padded(
     ids: torch.Tensor,
     prompt_lengths: torch.Tensor,
     tokens: torch.Tensor,

@@ -27,17 +27,21 @@ class Worker:
                            unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
                            model_group=p.model_group)
 
-    # ---- lifecycle: on a shared GPU these move weights and optimizer state; on CPU only the mode changes.
+    # ---- lifecycle. These only switch the module mode: weights and optimizer state stay where they are (on
+    # the rank's device) in every phase. The policy's vLLM engine has hooks of its own (PolicyWorker).
     def prepare_for_inference(self) -> None:
+        """``model.eval()``."""
         self.model.eval()
 
     def finish_inference(self) -> None:
-        pass
+        """Nothing: inference leaves no state to release."""
 
     def prepare_for_training(self) -> None:
+        """``model.train()``."""
         self.model.train()
 
     def finish_training(self) -> None:
+        """``model.eval()``."""
         self.model.eval()
 
     @property

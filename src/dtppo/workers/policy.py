@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
@@ -36,35 +38,80 @@ class PolicyWorker(Worker):
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
         )
-        # Generation runs on a whole (unsharded) replica, refreshed after each update, so ranks decode
-        # independently with no collective per token and may stop at different lengths.
+        # Generation runs on a whole (unsharded) copy of the policy, refreshed after each update (``refit``), so
+        # ranks decode independently with no collective per token and may stop at different lengths. torch:
+        # a replica (the model itself when unsharded); vllm: the engine's own copy, so no replica is kept.
         full = full.to(self.layout.device)
-        self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False) if self.layout.sharded else full
+        gen = cfg.policy.generation
+        self.rollout_model = None
+        self.vllm = None
+        if gen.backend == "vllm":
+            from dtppo.rollout.vllm_engine import VLLMEngine
+
+            max_len = min(cfg.data.max_prompt_tokens + gen.max_new_tokens, full.config.max_position_embeddings)
+            self.vllm = VLLMEngine(full, max_len, gen.vllm_kv_cache_mib, cfg.ppo.seed)
+        elif self.layout.sharded:
+            self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False)
+        else:
+            self.rollout_model = full
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
             self.reference = self.layout.wrap(copy.deepcopy(full).eval().requires_grad_(False))
         self.model = self.layout.wrap(full)
         self.engine = self._build_engine(cfg.policy)
 
-    def finish_training(self) -> None:
-        super().finish_training()
-        self.sync_rollout_model()
+    # ---- generation: the vLLM engine sleeps outside these phases where its build supports sleep mode
+    def prepare_for_generation(self) -> None:
+        """vllm: wake the engine if it sleeps (GPU builds). torch: the replica in eval mode (it stays resident)."""
+        if self.vllm is not None:
+            self.vllm.wake()
+        else:
+            self.rollout_model.eval()
 
-    def sync_rollout_model(self) -> None:
-        """Copy the trained (sharded) weights into the generation replica: one all-gather of the weights."""
-        if self.layout.sharded:
+    def finish_generation(self) -> None:
+        """vllm on GPU builds: sleep level 1 (free the KV cache, move the engine's weights to host memory).
+        vllm on CPU and torch: nothing."""
+        if self.vllm is not None:
+            self.vllm.sleep()
+
+    def refit(self) -> None:
+        """Give the generator the weights just trained. torch: the sharded model's full state dict is loaded
+        into the replica (nothing to do when the model is unsharded: the replica is the model). vllm: the
+        parameters are gathered one at a time (``full_tensor`` per DTensor) and streamed into the engine."""
+        if self.vllm is not None:
+            self.vllm.refit(self._full_parameters())
+        elif self.layout.sharded:
             full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
             self.rollout_model.load_state_dict(full)
 
-    # ---- inference
+    def close(self) -> None:
+        """End of the run: release the vLLM engine's process groups (nothing to do for the torch backend)."""
+        if self.vllm is not None:
+            self.vllm.close()
+
+    def _full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, whole tensor) per parameter, gathered lazily: collective, every policy rank iterates.
+        Tied parameters come under each of their names: vLLM's CPU build keeps a separate (repacked) copy of
+        a tied lm_head, which would otherwise keep its old weights."""
+        for name, param in self.model.named_parameters(remove_duplicate=False):
+            data = param.detach()
+            yield name, data.full_tensor() if isinstance(data, DTensor) else data
+
+    def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+               ) -> Experience:
+        """Responses to ``prompts`` from this rank's generator, with the selected backend; sample_ids: [B]."""
+        eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        if self.vllm is not None:
+            return self.vllm.generate(prompts, params, eos_id, pad_id, key, sample_ids)
+        return generate(self.rollout_model, prompts, params, eos_id, pad_id, key, sample_ids).to("cpu")
+
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
         rows = self.layout.my_rows(len(prompts))
-        pad_id = self.tokenizer.pad_token_id
-        part = generate(self.rollout_model, prompts[rows], params, self.tokenizer.eos_token_id, pad_id, key,
-                        sample_ids[rows])
-        return self.layout.gather_experience(part.to("cpu"), pad_id)
+        part = self.sample(prompts[rows], params, key, sample_ids[rows])
+        return self.layout.gather_experience(part, self.tokenizer.pad_token_id)
 
+    # ---- inference
     @torch.no_grad()
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
         """log π(x_t | x_<t) of the current policy. Returns [B, T] float32, 0 at t=0 and on padding."""
@@ -117,4 +164,4 @@ class PolicyWorker(Worker):
 
     def load_checkpoint(self, sharded: dict, extra: dict) -> None:
         super().load_checkpoint(sharded, extra)
-        self.sync_rollout_model()
+        self.refit()

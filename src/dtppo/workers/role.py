@@ -54,14 +54,13 @@ class Role(Generic[W]):
         """Optimizer steps skipped for a non-finite loss or gradient so far, on every rank."""
         return self._everywhere(lambda w: w.skipped_steps)
 
-    # ---- lifecycle
+    # ---- lifecycle (bound calls, not Worker.*: the policy worker adds hooks of its own)
     def inference(self):
-        """The worker's inference lifecycle around a block (``prepare_for_inference`` / ``finish_inference``)."""
+        """The worker's no-grad forward passes around a block (``prepare_for_inference`` / ``finish_inference``)."""
         return self._phase(lambda w: w.prepare_for_inference(), lambda w: w.finish_inference())
 
     def training(self):
         """The worker's training lifecycle around a block (``prepare_for_training`` / ``finish_training``)."""
-        # bound calls, not Worker.*: subclasses extend the hooks (the policy syncs its rollout replica)
         return self._phase(lambda w: w.prepare_for_training(), lambda w: w.finish_training())
 
     @contextmanager
@@ -86,6 +85,11 @@ class Role(Generic[W]):
 
 
 class PolicyRole(Role[PolicyWorker]):
+    def generation(self):
+        """Sampling around a block: wakes a sleeping vLLM engine, puts it back to sleep after
+        (``prepare_for_generation`` / ``finish_generation``)."""
+        return self._phase(lambda p: p.prepare_for_generation(), lambda p: p.finish_generation())
+
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int,
                  sample_ids: torch.Tensor) -> Experience:
         """Rollouts of ``prompts`` (sampled by the policy's dp ranks), the whole batch on every rank."""
@@ -99,9 +103,17 @@ class PolicyRole(Role[PolicyWorker]):
         """Log-probs of the frozen reference policy, [B, T] on every rank."""
         return self._everywhere(lambda p: p.get_reference_logprobs(experience))
 
+    def refit(self) -> None:
+        """Give the generator (torch replica or vLLM engine) the weights just trained, on the policy's ranks."""
+        self._local(lambda p: p.refit())
+
+    def close(self) -> None:
+        """End of the run: release the generator's resources (the vLLM engine's process groups)."""
+        self._local(lambda p: p.close())
+
     def evaluate(self, problems: list[Problem], step: int) -> EvalResult:
-        """Validation of the rollout replica on ``problems``, on every rank."""
-        return self._everywhere(lambda p: evaluate(p.rollout_model, p.tokenizer, problems, p.cfg, step))
+        """Validation with the selected generation backend on ``problems``, on every rank."""
+        return self._everywhere(lambda p: evaluate(p.sample, p.tokenizer, problems, p.cfg, step))
 
 
 class ValueRole(Role[ValueWorker]):

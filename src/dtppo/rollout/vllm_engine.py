@@ -1,0 +1,133 @@
+"""The vLLM generation backend: one in-process vLLM engine per policy rank, colocated with training.
+
+The engine is built once, from the policy's starting weights written to a temporary directory (the only disk
+write; the directory is removed as soon as the engine has loaded it). After every policy update the trainer
+pushes the new weights in place with ``refit``: one full tensor at a time, straight from memory, into vLLM's
+``reload_weights``, which fuses q/k/v and gate/up itself. Prompts go in as token ids and come back as token
+ids (no vLLM tokenizer is loaded: it would encode dtppo's character tokenizer differently).
+
+Log-probs are vLLM's ``processed_logprobs``: of the tempered distribution the tokens were drawn from, as
+dtppo's trainer computes them (``log softmax(logits / T)``), so ``train/token_mult_prob_error`` compares like
+with like at any temperature.
+
+Randomness: request i gets its own ``SamplingParams(seed=...)`` from (stream key, sample id), so a rerun draws
+the same tokens. Whether a sample's tokens also survive a change of batch composition or dp layout depends on
+the engine computing bit-identical logits for a row in any batch (tests/vllm checks what holds on CPU).
+
+Threads and processes: the engine runs in the rank's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+vLLM's uni executor); on CPU the CLI sets ``OMP_NUM_THREADS=1`` before torch starts, because vLLM's CPU
+kernels slow down 10-50x when two OpenMP threads meet any other busy process (docs/design.md).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedModel
+
+from dtppo.rollout.sampler import SamplingParams, left_padded, right_padded, splitmix
+from dtppo.types import Experience
+
+# vLLM reads these when it is imported / the engine is built. The in-process engine is the only layout dtppo
+# supports; vLLM's INFO lines (a few dozen per engine) would bury the run's own output unless asked for.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def request_seeds(key: int, sample_ids: torch.Tensor) -> list[int]:
+    """One non-negative 63-bit seed per sample: a hash of (stream key, global sample id). sample_ids: [B]."""
+    mixed = splitmix(sample_ids.long() + splitmix(torch.tensor(key, dtype=torch.long)))
+    return [int(s) & ((1 << 63) - 1) for s in mixed]
+
+
+def _untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict with each tensor once, under its first name: a tied lm_head is left out (as HF saves it),
+    so the embedding it shares is what vLLM loads."""
+    tensors, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            tensors[name] = tensor.detach().contiguous()
+    return tensors
+
+
+class VLLMEngine:
+    """A vLLM ``LLM`` holding a copy of the policy, with dtppo's generate/refit/sleep/wake on top."""
+
+    def __init__(self, model: PreTrainedModel, max_model_len: int, kv_cache_mib: int, seed: int):
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        # Sleep mode exists on CUDA/ROCm/XPU builds only; the CPU build rejects enable_sleep_mode=True.
+        self.sleep_supported = bool(current_platform.is_sleep_mode_available())
+        self.asleep = False
+        dtype = next(model.parameters()).dtype
+        with tempfile.TemporaryDirectory(prefix="dtppo-vllm-") as directory:
+            # Written by hand, not save_pretrained: under torch.distributed that writes on global rank 0 only,
+            # and every rank's engine loads its own copy.
+            model.config.to_json_file(os.path.join(directory, "config.json"))
+            save_file(_untied_state_dict(model), os.path.join(directory, "model.safetensors"))
+            self.llm = LLM(model=directory, skip_tokenizer_init=True, dtype=dtype, seed=seed,
+                           max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_mib << 20,
+                           enable_prefix_caching=False, enforce_eager=True, logprobs_mode="processed_logprobs",
+                           # A prompt prefilled in chunks rewinds its seeded generator, which CPU generators
+                           # cannot do ("CPU Generator does not use offset"): prefill every prompt whole.
+                           enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192),
+                           enable_sleep_mode=self.sleep_supported)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int, key: int,
+                 sample_ids: torch.Tensor) -> Experience:
+        """Same contract as ``dtppo.rollout.sampler.generate``: right-padded ``[prompt | response | pad]`` rows,
+        the EOS token kept when sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        # ignore_eos + stop_token_ids: dtppo's EOS is the only stop (a model's generation config may name others).
+        requests = [
+            VLLMSamplingParams(n=1, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
+                               max_tokens=params.max_new_tokens, stop_token_ids=[eos_id], ignore_eos=True, logprobs=0,
+                               detokenize=False, seed=seed)
+            for seed in request_seeds(key, sample_ids)
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests,
+                                    use_tqdm=False)
+        tokens = torch.full((len(prompts), params.max_new_tokens), pad_id, dtype=torch.long)
+        logprobs = torch.zeros((len(prompts), params.max_new_tokens))
+        for row, output in enumerate(outputs):
+            sample = output.outputs[0]
+            ids = list(sample.token_ids)
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            logprobs[row, : len(ids)] = torch.tensor([step[tok].logprob for tok, step in zip(ids, sample.logprobs)])
+        ids, _, prompt_lengths = left_padded(prompts, pad_id, torch.device("cpu"))
+        return right_padded(ids, prompt_lengths, tokens, logprobs, eos_id, pad_id)
+
+    def refit(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new weights in place (HF parameter names, full tensors); ``weights`` is consumed lazily, so a
+        generator that gathers one tensor at a time keeps the extra memory near one layer."""
+        self.wake()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+
+    def sleep(self) -> None:
+        """Where supported (GPU builds): free the KV cache and move the weights to host memory. CPU: nothing."""
+        if self.sleep_supported and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake(self) -> None:
+        """Undo ``sleep`` (weights back on the device, KV cache reallocated); nothing when awake or on CPU."""
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def close(self) -> None:
+        """Destroy the process groups vLLM built over the job's ranks, while the job's default group still
+        exists; the engine cannot generate afterwards. Without this, vLLM's exit handler tries to destroy them
+        after the job has torn its groups down and prints a traceback at exit."""
+        from vllm.distributed import parallel_state
+
+        parallel_state.destroy_model_parallel()
+        parallel_state.get_world_group().destroy()  # a second destroy (vLLM's, at exit) finds nothing to do
