@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import math
 import os
@@ -227,7 +228,7 @@ def step_flops(batch: int, mean_tokens: float, shape: TinyModelConfig, vocab: in
     return 2 * policy + critic + 3 * (policy + critic)
 
 
-def trainer_steps(cuda: bool, args) -> dict:
+def trainer_steps(cuda: bool, args, backend_overrides: tuple[str, ...] = ()) -> dict:
     """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
     (CUDA) or a 64-hidden one (CPU fallback): one warm-up step, then ``args.steps`` measured ones. Per-phase
     seconds are the trainer's own `timing/*` metrics (medians over the measured steps)."""
@@ -240,7 +241,7 @@ def trainer_steps(cuda: bool, args) -> dict:
                  f"ppo.val_period={steps}", "ppo.max_val_samples=8", "ppo.val_batch_size=8", *batch_keys,
                  f"policy.logprob_batch_size={args.batch}", f"value.inference_batch_size={args.batch}",
                  "checkpointing.enabled=false", "reward.num_workers=0", "logger.tensorboard=false",
-                 "logger.progress=false", *shape_overrides(shape), *args.override]
+                 "logger.progress=false", *shape_overrides(shape), *backend_overrides, *args.override]
     with tempfile.TemporaryDirectory() as tmp:
         proc, records, seconds = run_dtppo([*overrides, f"logger.log_dir={tmp}/log"], cuda, timeout=1800)
     measured = [r for r in records if "timing/step" in r][1:]
@@ -271,6 +272,20 @@ def trainer_steps(cuda: bool, args) -> dict:
         "passed": all(isinstance(last.get(k), float) and math.isfinite(last[k])
                       for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")),
     }
+
+
+def vllm_steps(cuda: bool, args) -> dict:
+    """The same steps with `policy.generation.backend=vllm`, where a CUDA machine has vLLM installed. The CPU
+    fallback skips it: the CPU engine is covered by tests/functional/test_vllm.py, and its attention has no
+    kernel for the smoke model's head size (16)."""
+    if not cuda:
+        return {"skipped": "CPU fallback"}
+    if importlib.util.find_spec("vllm") is None:
+        return {"skipped": "vllm is not importable on this machine"}
+    result = trainer_steps(cuda, args, ("policy.generation.backend=vllm", "policy.generation.vllm_kv_cache_mib=8192"))
+    error = result.get("last_step", {}).get("train/token_mult_prob_error")
+    # The reference's gate on sampler-vs-trainer agreement (the engine and the trainer are different programs).
+    return result | {"passed": result["passed"] and error is not None and error < 1.05}
 
 
 def checkpoint_resume(cuda: bool) -> dict:
@@ -328,13 +343,16 @@ def main() -> int:
         "command": os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py " + " ".join(sys.argv[1:])),
         "numerics": checks, "numerics_passed": all(c["passed"] for c in checks),
         "step": trainer_steps(cuda, args),
+        "step_vllm": vllm_steps(cuda, args),
         "checkpoint_resume": checkpoint_resume(cuda),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     _print(result)
     print(f"wrote {out}")
-    return 0 if all((result["numerics_passed"], result["step"]["passed"], result["checkpoint_resume"]["passed"])) else 1
+    checks = (result["numerics_passed"], result["step"]["passed"], result["step_vllm"].get("passed", True),
+              result["checkpoint_resume"]["passed"])
+    return 0 if all(checks) else 1
 
 
 def _print(result: dict) -> None:
@@ -357,6 +375,17 @@ def _print(result: dict) -> None:
               f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
               f"({s['peak_tflops']:.3g} TFLOP/s)")
         print("timing/* medians (s): " + ", ".join(f"{k.removeprefix('timing/')} {v:.3f}" for k, v in t.items()))
+    v = result["step_vllm"]
+    if "skipped" in v:
+        print(f"backend=vllm: skipped ({v['skipped']})")
+    else:
+        t = v.get("timing_s_median", {})
+        print(f"backend=vllm: exit {v['exit_code']}, {t.get('timing/step', float('nan')):.3f} s/step, generation "
+              f"{t.get('timing/generation', float('nan')):.3f} s, weight_refit {t.get('timing/weight_refit', float('nan')):.3f} s, "
+              f"token_mult_prob_error {v.get('last_step', {}).get('train/token_mult_prob_error')}  "
+              f"{'ok' if v['passed'] else 'FAILED'}")
+        if v.get("stderr_tail"):
+            print(v["stderr_tail"])
     c = result["checkpoint_resume"]
     print(f"tiny recipe 2 steps + resume to 3: exit {c['exit_codes']}, steps {c['steps_logged']}, resumed "
           f"{c['resumed']}, {sum(c['seconds']):.1f} s  {'ok' if c['passed'] else 'FAILED'}")
