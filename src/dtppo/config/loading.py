@@ -1,0 +1,141 @@
+"""Recipes to Config: YAML with a ``defaults:`` parent chain, ``section.key=value`` overrides, typed conversion.
+
+A recipe may name one parent with ``defaults: other.yaml`` (resolved relative to the recipe); its keys are
+merged over the parent's. Command-line overrides are parsed as YAML scalars and merged last. The merged mapping is
+then converted into the dataclass tree: unknown keys and wrong types fail with the full dotted key path, and
+cross-field rules (``checks``) are checked once here so no later code re-validates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from dtppo.config.checks import check, check_inputs_exist, check_optional_packages, warn_unusual
+from dtppo.config.schema import Config, ConfigError
+
+_YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a recipe (with its ``defaults:`` chain), apply ``key=value`` overrides, validate, freeze."""
+    tree = _read_recipe(Path(recipe), seen=())
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{item}: overrides are written section.key=value")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+    cfg = _build(Config, tree, path="")
+    check(cfg)
+    check_inputs_exist(cfg)
+    check_optional_packages(cfg)
+    warn_unusual(cfg)
+    return cfg
+
+
+def from_dict(tree: dict[str, Any]) -> Config:
+    """Build and validate a config from an already merged mapping (e.g. one saved in a checkpoint)."""
+    cfg = _build(Config, tree, path="")
+    check(cfg)
+    return cfg
+
+
+def _read_recipe(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"recipe: file not found: {path}")
+    if path.resolve() in seen:
+        raise ConfigError(f"defaults: inheritance cycle through {path}")
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"recipe: {path} is not valid YAML: {err}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"recipe: {path} must hold a mapping at the top level")
+    parent = tree.pop("defaults", None)
+    if parent is None:
+        return tree
+    if not isinstance(parent, str) or not (path.parent / parent).is_file():
+        raise ConfigError(f"defaults: recipe file not found: {parent!r} (named in {path})")
+    base = _read_recipe(path.parent / parent, seen + (path.resolve(),))
+    return _merge(base, tree)
+
+
+def _merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in delta.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for name in parents:
+        child = node.setdefault(name, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{dotted}: {name} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def _build(cls: type, tree: Any, path: str) -> Any:
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path or 'config'}: expected a section (mapping), got {tree!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(tree) - names)
+    if unknown:
+        raise ConfigError(f"{_join(path, unknown[0])}: unknown key")
+    kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in tree.items()}
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, path)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(inner[0], value, path)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: must be one of {list(args)}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise ConfigError(f"{path}: expected a list of {len(args)} values, got {value!r}")
+        return tuple(_coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if hint is float:
+        if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            value = float(value)  # PyYAML reads "3e-4" (no dot) as a string
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        return value
+    if hint is bool or hint is str:
+        if not isinstance(value, hint):
+            raise ConfigError(f"{path}: expected {hint.__name__}, got {value!r}")
+        return value
+    raise AssertionError(f"unsupported config type {hint} at {path}")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name

@@ -1,0 +1,513 @@
+"""The typed, frozen configuration tree: one dataclass per recipe section, a docstring under every field.
+
+Schedules with ``total_steps: null`` get their stage's length when the Config is built (``Config.__post_init__``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A recipe or override is invalid; the message names the dotted key."""
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyModelConfig:
+    """The shape of the tiny random-init Qwen2 built when a model has no ``path``."""
+
+    hidden_size: int = 128
+    """Width of the residual stream; an even multiple of ``num_heads`` (rotary embeddings)."""
+    num_layers: int = 4
+    """Decoder blocks."""
+    num_heads: int = 4
+    """Attention (query) heads."""
+    num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention); divides ``num_heads``."""
+    intermediate_size: int = 512
+    """Width of the MLP's hidden layer."""
+    max_position_embeddings: int = 512
+    """Longest sequence (prompt + response) the rotary table covers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Where a model's weights come from."""
+
+    path: str | None = None
+    """Local HF model directory (or a hub name like org/model); null = build ``tiny`` below (random init).
+    For the critic, null = the policy's starting weights (a backbone copy), or a tiny random model."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Used only when ``path`` is null."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    """AdamW."""
+
+    lr: float = 1e-4
+    """Peak learning rate (the schedule multiplies it)."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """Adam's (β1, β2)."""
+    eps: float = 1e-8
+    """Adam's ε."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """Learning-rate schedule over optimizer steps: linear warmup, then constant or cosine decay."""
+
+    kind: Literal["constant", "cosine"] = "constant"
+    """constant | cosine (to ``min_lr_ratio`` over ``total_steps`` optimizer steps)."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup from lr/warmup_steps to lr."""
+    min_lr_ratio: float = 0.1
+    """Cosine: the final learning rate as a fraction of the peak."""
+    total_steps: int | None = None
+    """Optimizer steps the cosine spans; null = the stage's length, derived once when the Config is built
+    (sft: ``sft.num_steps``; policy and value: the optimizer steps of the whole PPO run)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationConfig:
+    """Sampling of rollouts (and of validation responses)."""
+
+    max_new_tokens: int = 48
+    """Responses longer than this are cut and counted in train/truncation_rate."""
+    temperature: float = 1.0
+    """Sampling temperature; training log-probs use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 = off)."""
+    val_greedy: bool = True
+    """Validation decodes greedily."""
+    backend: Literal["torch", "vllm"] = "torch"
+    """Who samples rollouts and validation answers: ``torch`` (dtppo's KV-cache sampler on the rank's replica)
+    or ``vllm`` (one in-process vLLM engine per policy rank, refit in place after each update; needs vLLM
+    installed: ``make venv`` puts the CPU build in .venv, README names the GPU wheel)."""
+    vllm_kv_cache_mib: int = 256
+    """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """How a model's pool of ranks is split: data-parallel (FSDP/HSDP) × tensor-parallel."""
+
+    tp: int = 1
+    """Tensor-parallel ranks per model replica; divides the pool's ranks."""
+    sequence_parallel: bool = False
+    """Shard RMSNorm activations over the sequence too (needs tp > 1)."""
+    unsharded_grad_accumulation: bool = True
+    """FSDP: gather parameters once per optimizer step and reduce-scatter the microbatches' summed gradients
+    once (false: per microbatch, less memory)."""
+    dp_replicate: int = 1
+    """Whole-model replicas among the data-parallel ranks (HSDP); = dp ranks: every rank holds the model and
+    gradients are all-reduced once per step (no gathers)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """The actor: its model, layout, optimizer, schedule, sampling and batch sizes."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy's starting weights (unless ``ppo.init_from_sft``)."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The policy pool's layout."""
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """The policy's AdamW."""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """The policy's learning-rate schedule."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Rollout sampling."""
+    train_global_batch_size: int = 32
+    """Samples per optimizer step (a minibatch); divides the samples per step and the data-parallel ranks."""
+    train_micro_batch_size: int = 32
+    """Most samples per forward/backward on one rank: clamped to the rank's share of the global batch (so any
+    rank count works); must divide that share when smaller (``Config.micro_batch_size``)."""
+    logprob_batch_size: int = 64
+    """Most samples per no-grad forward on one rank when recomputing log-probs."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
+    sequence_packing: bool = True
+    """Pack each (micro)batch's sequences into fewer rows, no pad tokens computed (same numbers as padded
+    within fp32 round-off; docs/performance.md)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueConfig:
+    """The critic: a backbone with a scalar head, its layout, optimizer, schedule and batch sizes."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The critic's backbone; path null = the policy's starting weights, or a tiny random model."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The critic pool's layout."""
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-3))
+    """The critic's AdamW."""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """The critic's learning-rate schedule."""
+    train_global_batch_size: int = 32
+    """As ``policy.train_global_batch_size``."""
+    train_micro_batch_size: int = 32
+    """As ``policy.train_micro_batch_size``."""
+    inference_batch_size: int = 64
+    """Most samples per no-grad forward on one rank when computing values."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
+    head_init_std: float = 0.02
+    """Scalar head ~ N(0, std), drawn from its own generator seeded by ``ppo.seed``."""
+    shift_values: bool = True
+    """V(s_t) = head(h[t-1]). false only for the value-alignment experiment (a warning says so)."""
+    sequence_packing: bool = True
+    """As ``policy.sequence_packing``; V(s_t) is shifted within each packed sequence."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """The PPO loop: step counts, batch shape, GAE, validation."""
+
+    seed: int = 0
+    """Seeds models, sampling and the prompt order."""
+    max_num_steps: int = 50
+    """PPO steps (rollout + updates) of the run."""
+    num_prompts_per_step: int = 64
+    """Prompts drawn per step."""
+    num_generations_per_prompt: int = 1
+    """Responses sampled per prompt."""
+    ppo_epochs: int = 1
+    """Passes over each step's samples; each pass = critic update, then policy update."""
+    policy_training_start_step: int = 0
+    """Critic warmup: the policy is not updated before this many steps."""
+    gamma: float = 1.0
+    """Discount γ."""
+    lambda_value: float = 1.0
+    """GAE λ for the value targets (returns)."""
+    lambda_policy: float = 1.0
+    """GAE λ for the advantages."""
+    length_adaptive_alpha: float = 0.0
+    """> 0: per-sample λ_policy = 1 - 1/(α·len) (VAPO)."""
+    normalize_advantages: bool = True
+    """Whiten advantages over all valid tokens of the step."""
+    advantage_estimator: Literal["gae", "grpo"] = "gae"
+    """``gae``: GAE over the critic's V(s_t). ``grpo``: critic-free, each sample's outcome reward normalised
+    within its prompt's group of ``num_generations_per_prompt`` samples (needs >= 2); no value model is built,
+    trained, checkpointed or logged (the ``value`` section is neither used nor validated), and
+    ``normalize_advantages`` does not apply (GRPO has no step whitening)."""
+    val_period: int = 10
+    """Validate every N steps (and at the last step)."""
+    val_at_start: bool = True
+    """Validate before the first step."""
+    max_val_samples: int = 256
+    """Validation problems scored."""
+    val_batch_size: int = 256
+    """Validation prompts decoded at once."""
+    init_from_sft: bool = False
+    """Start policy and critic from ``sft.output_dir`` (running SFT first if missing)."""
+    max_consecutive_nonfinite_steps: int = 3
+    """Optimizer steps with a NaN/inf loss or gradient are skipped; this many in a row (per model) stop the
+    run (exit 3). 0 = never stop."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    """The clipped PPO and value losses, and the KL penalty."""
+
+    ratio_clip_low: float = 0.2
+    """ε_low: the ratio is clipped below at 1 - ε_low."""
+    ratio_clip_high: float = 0.2
+    """ε_high: the ratio is clipped above at 1 + ε_high."""
+    ratio_clip_c: float | None = None
+    """Dual clip c > 1 for A < 0; null = off."""
+    kl_coef: float = 0.0
+    """β; 0 = no reference model."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """k1 | k2 | k3."""
+    kl_in_reward: bool = False
+    """true: -β·KL_t in the token rewards; false: β·KL in the policy loss."""
+    value_clip: float | None = 0.5
+    """ε_v around the old values; null = unclipped."""
+    value_loss_scale: float = 1.0
+    """Multiplies the critic's loss."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyMathConfig:
+    """The synthetic arithmetic word problems."""
+
+    max_number: int = 20
+    """Operands and start values are drawn from 1..max_number."""
+    min_ops: int = 1
+    """Fewest operations per problem."""
+    max_ops: int = 2
+    """Most operations per problem."""
+    validation_seed: int = 12345
+    """The held-out set; its questions never appear in training."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    """One split of a file-backed task."""
+
+    path: str | None = None
+    """A GSM8K jsonl file (train: the training rows; validation: the first ``ppo.max_val_samples`` rows)."""
+    hf_config: str | None = None
+    """The configuration (subset) of a hub dataset id in ``path``, e.g. ``main`` for ``openai/gsm8k``; only
+    for hub ids."""
+    split: str | None = None
+    """The split to read from an HF dataset: required for a hub id and for a ``save_to_disk`` directory that
+    holds several splits (a DatasetDict); not for a jsonl file."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """The task, its files and the prompt format."""
+
+    task: Literal["gsm8k", "tiny_math"] = "tiny_math"
+    """tiny_math (synthetic) | gsm8k (jsonl files below)."""
+    train: DatasetConfig = field(default_factory=DatasetConfig)
+    """GSM8K train jsonl."""
+    validation: DatasetConfig = field(default_factory=DatasetConfig)
+    """GSM8K test jsonl."""
+    tiny_math: TinyMathConfig = field(default_factory=TinyMathConfig)
+    """The synthetic task's generator."""
+    system_prompt: str | None = None
+    """Prepended as the system turn; null = none."""
+    max_prompt_tokens: int = 256
+    """GSM8K rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
+    on_bad_row: Literal["skip", "error"] = "skip"
+    """GSM8K rows with a missing field, an empty or non-numeric answer, or a prompt over max_prompt_tokens:
+    skip (counted, logged) | error (file:line named)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CarelessStageConfig:
+    """An optional planted flaw after SFT (tiny_math only): bare wrong "#### N" answers."""
+
+    num_steps: int = 0
+    """Optimizer steps of the stage; 0 = no stage."""
+    lr: float = 3e-4
+    """Its constant learning rate."""
+    careless_fraction: float = 0.6
+    """Fraction of its examples that are bare wrong answers."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SFTConfig:
+    """Supervised fine-tuning: the checkpoint PPO starts from."""
+
+    output_dir: str = "runs/sft"
+    """An HF directory (model + tokenizer)."""
+    num_steps: int = 500
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Examples per optimizer step."""
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
+    """SFT's AdamW."""
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30)
+    )
+    """SFT's learning-rate schedule (total_steps null = ``num_steps``)."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
+    careless_stage: CarelessStageConfig = field(default_factory=CarelessStageConfig)
+    """The planted flaw, trained after the main stage."""
+    log_period: int = 50
+    """Log every N steps (and the last)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+    """Scoring of responses against the reference answers."""
+
+    num_workers: int = 2
+    """Scoring processes (local run) or Ray actors (Ray run); 0 = in rank 0's process."""
+    timeout_s: float = 30.0
+    """A chunk not scored by then gets 0.0 instead of stalling the step."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WandbConfig:
+    """Weights & Biases logging of the PPO run's metrics."""
+
+    enabled: bool = False
+    """Send the PPO run's metrics.jsonl records (same names and steps) to Weights & Biases from rank 0; needs
+    ``pip install 'dtppo[wandb]'``. A resumed run continues the W&B run whose id the checkpoint holds."""
+    project: str = "dtppo"
+    """The W&B project the run is created in."""
+    entity: str | None = None
+    """The W&B team or user; null: the account's default entity."""
+    run_name: str | None = None
+    """The run's display name; null: W&B picks one."""
+    mode: Literal["online", "offline"] = "online"
+    """online: stream to the W&B server; offline: write the run under ``<log_dir>/wandb`` only (upload it
+    later with ``wandb sync``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowConfig:
+    """MLflow logging of the PPO run's metrics."""
+
+    enabled: bool = False
+    """Send the PPO run's metrics.jsonl records (same names and steps) to MLflow from rank 0; needs
+    ``pip install 'dtppo[mlflow]'``. A resumed run continues the MLflow run whose id the checkpoint holds."""
+    tracking_uri: str | None = None
+    """Where runs are stored: a tracking server (``http://host:5000``), a database (``sqlite:///mlflow.db``,
+    needs the full ``mlflow`` package) or a directory (``file:/path``, which MLflow 3 opens only with
+    ``MLFLOW_ALLOW_FILE_STORE=true``); null: MLflow's own choice (``MLFLOW_TRACKING_URI``, else its default)."""
+    experiment: str = "dtppo"
+    """The MLflow experiment the run is created in (created if missing)."""
+    run_name: str | None = None
+    """The run's name; null: MLflow picks one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoggerConfig:
+    """Metrics output."""
+
+    log_dir: str = "runs/ppo"
+    """metrics.jsonl and TensorBoard events."""
+    tensorboard: bool = True
+    """Write TensorBoard events too."""
+    progress: bool = True
+    """One console line per step with ETA."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases logging (off by default)."""
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    """MLflow logging (off by default)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointingConfig:
+    """Periodic checkpoints; a run resumes from the latest complete one."""
+
+    enabled: bool = True
+    """Save and resume."""
+    checkpoint_dir: str = "runs/ppo/checkpoints"
+    """Holds step_N directories."""
+    save_period: int = 10
+    """Save every N steps (and at the last step)."""
+    keep_last: int = 2
+    """Older complete checkpoints are deleted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """Where the ranks run and how policy and critic share them."""
+
+    num_nodes: int = 1
+    """nodes x workers_per_node = ranks; each model's dp = its ranks / its parallel.tp."""
+    workers_per_node: int = 1
+    """> 1: `dtppo ppo` starts the ranks itself (or run it under torchrun)."""
+    backend: Literal["local", "ray"] = "local"
+    """local (this machine: spawned ranks / torchrun) | ray (one Ray actor per rank)."""
+    ray_address: str | None = None
+    """Attach to this Ray cluster (or $RAY_ADDRESS); null = start a private local one."""
+    ray_placement: Literal["pack", "spread"] = "pack"
+    """pack | spread: placement-group strategy for the rank bundles."""
+    ray_temp_dir: str = "/tmp/dtppo-ray"
+    """Ray session files of a private local instance (short: Ray's socket paths)."""
+    ray_timeout_s: float = 120.0
+    """Waiting for resources and actors before giving up."""
+    policy_ranks: int = 0
+    """0: policy and critic colocated on every rank. N: policy on ranks [0, N), critic on the other ranks,
+    so the two updates run at the same time on different devices."""
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.workers_per_node
+
+    @property
+    def colocated(self) -> bool:
+        return self.policy_ranks == 0
+
+    def pool(self, role: Literal["policy", "value"]) -> range:
+        """The ranks that hold ``role``'s model."""
+        if self.colocated:
+            return range(self.world_size)
+        return range(self.policy_ranks) if role == "policy" else range(self.policy_ranks, self.world_size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """A whole run. Schedules with ``total_steps: null`` get their stage's length here, once (cleanrl's
+    "filled in at runtime" values): the built Config holds numbers, never null, for them."""
+
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The actor."""
+    value: ValueConfig = field(default_factory=ValueConfig)
+    """The critic."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """The PPO loop."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """The losses."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The task and its prompts."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Supervised fine-tuning before PPO."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Scoring."""
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    """Metrics output."""
+    checkpointing: CheckpointingConfig = field(default_factory=CheckpointingConfig)
+    """Checkpoints and resume."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Ranks and their placement."""
+
+    def __post_init__(self) -> None:
+        # A frozen dataclass fills derived fields through object.__setattr__ (the documented way).
+        for name, length in [("sft", max(self.sft.num_steps, 0)), ("policy", self.optimizer_steps("policy")),
+                             ("value", self.optimizer_steps("value"))]:
+            section = getattr(self, name)
+            if section.scheduler.total_steps is None:
+                scheduler = dataclasses.replace(section.scheduler, total_steps=length)
+                object.__setattr__(self, name, dataclasses.replace(section, scheduler=scheduler))
+
+    def optimizer_steps(self, role: Literal["policy", "value"]) -> int:
+        """Optimizer steps a PPO run makes on ``role``'s model: one per global batch of each epoch of each
+        step (the policy's only from ``ppo.policy_training_start_step`` on). 0 for a config that ``_check``
+        refuses (no global batch)."""
+        ppo, batch = self.ppo, getattr(self, role).train_global_batch_size
+        steps = ppo.max_num_steps - (ppo.policy_training_start_step if role == "policy" else 0)
+        return max(steps, 0) * ppo.ppo_epochs * (self.samples_per_step // batch if batch > 0 else 0)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.ppo.num_prompts_per_step * self.ppo.num_generations_per_prompt
+
+    @property
+    def policy_init_path(self) -> str | None:
+        """Where the policy's weights come from: the SFT output when PPO starts from SFT."""
+        return self.sft.output_dir if self.ppo.init_from_sft else self.policy.model.path
+
+    @property
+    def value_init_path(self) -> str | None:
+        """The critic's backbone: its own path if set, else the policy's starting point (or a tiny random model)."""
+        return self.value.model.path or self.policy_init_path
+
+    def data_parallel_size(self, role: Literal["policy", "value"]) -> int:
+        """Data-parallel ranks of ``role``'s pool: its ranks / its ``parallel.tp``."""
+        return len(self.cluster.pool(role)) // getattr(self, role).parallel.tp
+
+    def micro_batch_size(self, role: Literal["policy", "value"]) -> int:
+        """Samples per forward/backward on one rank: ``train_micro_batch_size`` is an upper bound, clamped to a
+        rank's share of the global batch, so one recipe runs at any rank count. This is the size the engine's
+        microbatch loop runs, which never takes more rows than the rank holds."""
+        section = getattr(self, role)
+        return min(section.train_micro_batch_size,
+                   section.train_global_batch_size // max(self.data_parallel_size(role), 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(dataclasses.asdict(self))
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_to_plain(v) for v in value]
+    return value
+
