@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test reliability bench bench-gpu venv clean
+.PHONY: demo test test-all reliability bench bench-gpu venv clean
 
 venv: $(STAMP)
 
@@ -25,7 +25,12 @@ $(STAMP): pyproject.toml requirements.lock
 demo: $(STAMP)
 	$(VENV)/bin/dtppo ppo recipes/tiny-math-cpu.yaml
 
+# `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 15 minutes on 2 cores;
+# `make test-all` runs every test.
 test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q tests
 
 # Long fault campaigns (minutes each; not in `make test`), results in bench/results/. Add: RELIABILITY_SCRIPTS += path

@@ -21,7 +21,7 @@ from killing import (PAUSE_ENV, KillPoint, RunSpec, checkpoint_tensors, comparab
                      kill_at, launch)
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_kill_before_the_rename_resumes_from_the_previous_step_and_reproduces_the_run(tmp_path, ranks):
     spec, ckpt, log = RunSpec(steps=2, ranks=ranks), tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"
     point = KillPoint("checkpoint", 0.1, save=2, pause_s=0.4, wait_for="manifest.json")

@@ -74,6 +74,7 @@ def test_separate_pools_train_exactly_like_one_process(runs, tmp_path):
     assert shard_files == ["__0_0.distcp", "__1_0.distcp"]  # each pool wrote its own model
 
 
+@pytest.mark.slow
 def test_dp2_checkpoint_resumes_at_dp1_and_dp2_alike(runs, sft_dir):
     shutil.copytree(runs / "dp2", runs / "resume1")
     shutil.copytree(runs / "dp2", runs / "resume2")
@@ -95,6 +96,7 @@ def test_export_of_a_sharded_checkpoint(runs, tmp_path):
     assert two_shard_files == ["__0_0.distcp", "__1_0.distcp"]
 
 
+@pytest.mark.slow
 def test_same_entry_point_under_torchrun(runs, sft_dir):
     import os
     import subprocess

@@ -90,6 +90,7 @@ def token_cluster(ray_tmp, monkeypatch):
         assert not _ray_processes(ray_tmp)
 
 
+@pytest.mark.slow
 def test_two_node_ray_cluster_places_a_rank_on_each_node(sft_dir, tmp_path, token_cluster):
     address, _ = token_cluster(num_nodes=2)
     proc = run_cli(_args(sft_dir, "two_nodes", 2, "cluster.num_nodes=2", "cluster.workers_per_node=1",
@@ -102,6 +103,7 @@ def test_two_node_ray_cluster_places_a_rank_on_each_node(sft_dir, tmp_path, toke
     assert steps == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_killed_actor_stops_the_driver_and_the_last_checkpoint_loads(sft_dir, tmp_path, ray_tmp):
     args = _args(sft_dir, "killed", 50, "cluster.workers_per_node=2", "cluster.backend=ray",
                  f"cluster.ray_temp_dir={ray_tmp}")
@@ -126,6 +128,7 @@ def test_killed_actor_stops_the_driver_and_the_last_checkpoint_loads(sft_dir, tm
     assert "resumed from" in resumed.stdout and f"killed/ckpt/step_{latest}" in resumed.stdout
 
 
+@pytest.mark.slow
 def test_a_deliberate_stop_keeps_its_exit_code_under_ray(sft_dir, tmp_path, ray_tmp):
     # NaN losses from the first policy step on: every rank stops after the streak limit (3) with exit 3, and the
     # driver must exit 3 too, as a local run does, not with Ray's generic failure.

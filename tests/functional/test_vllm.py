@@ -122,6 +122,7 @@ def test_eval_scores_the_checkpoint_with_the_engine(cli_runs, sft_dir):
     assert accuracy == pytest.approx(logged["validation/accuracy"], abs=1e-4)  # same weights, greedy, same problems
 
 
+@pytest.mark.slow
 def test_under_ray_with_the_local_runs_rollouts(cli_runs, sft_dir):
     pytest.importorskip("ray")
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
@@ -135,6 +136,7 @@ def test_under_ray_with_the_local_runs_rollouts(cli_runs, sft_dir):
         assert ray[key] == local[key], key
 
 
+@pytest.mark.slow
 def test_kill_and_resume_reproduces_the_run(tmp_path):
     """As tests/functional/test_kill.py at one rank: killed inside step 2's checkpoint write, the resumed run
     (a new engine, refit from step 1's weights) redoes step 2 with exactly the same metrics."""
