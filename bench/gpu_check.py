@@ -206,15 +206,17 @@ def shape_overrides(shape: TinyModelConfig) -> list[str]:
     return [f"{role}.model.tiny.{key}={value}" for role in ("policy", "value") for key, value in vars(shape).items()]
 
 
-def run_dtppo(overrides: list[str], cuda: bool, timeout: float) -> tuple[subprocess.CompletedProcess, list[dict], float]:
+def run_dtppo(overrides: list[str], log_dir: Path, cuda: bool,
+              timeout: float) -> tuple[subprocess.CompletedProcess, list[dict], float]:
     """`python -m dtppo ppo` on the tiny recipe with ``overrides`` in a subprocess (CUDA hidden unless ``cuda``):
     the process, its metrics.jsonl records and its wall seconds."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}))
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "dtppo", "ppo", str(ROOT / "recipes" / "tiny-math-cpu.yaml"),
-                           *overrides], env=env, capture_output=True, text=True, timeout=timeout)
+                           *overrides, f"logger.log_dir={log_dir}"], env=env, capture_output=True, text=True,
+                          timeout=timeout)
     seconds = time.perf_counter() - start
-    log = next((Path(o.split("=", 1)[1]) / "metrics.jsonl" for o in overrides if o.startswith("logger.log_dir=")))
+    log = log_dir / "metrics.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
     return proc, records, seconds
 
@@ -243,7 +245,7 @@ def trainer_steps(cuda: bool, args, backend_overrides: tuple[str, ...] = ()) -> 
                  "checkpointing.enabled=false", "reward.num_workers=0", "logger.tensorboard=false",
                  "logger.progress=false", *shape_overrides(shape), *backend_overrides, *args.override]
     with tempfile.TemporaryDirectory() as tmp:
-        proc, records, seconds = run_dtppo([*overrides, f"logger.log_dir={tmp}/log"], cuda, timeout=1800)
+        proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=1800)
     measured = [r for r in records if "timing/step" in r][1:]
     result = {"model_shape": vars(shape), "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
               "batch": args.batch, "max_new_tokens": args.new_tokens, "micro_batch": args.micro,
@@ -296,9 +298,10 @@ def checkpoint_resume(cuda: bool) -> dict:
             "value.train_global_batch_size=8", "value.train_micro_batch_size=4", "reward.num_workers=0",
             "logger.progress=false", "logger.tensorboard=false", "checkpointing.save_period=1"]
     with tempfile.TemporaryDirectory() as tmp:
-        paths = [f"logger.log_dir={tmp}/log", f"checkpointing.checkpoint_dir={tmp}/ckpt"]
-        first, records, first_s = run_dtppo([*fast, *paths, "ppo.max_num_steps=2"], cuda, timeout=900)
-        second, records, second_s = run_dtppo([*fast, *paths, "ppo.max_num_steps=3"], cuda, timeout=900)
+        fast.append(f"checkpointing.checkpoint_dir={tmp}/ckpt")
+        log = Path(tmp) / "log"
+        first, records, first_s = run_dtppo([*fast, "ppo.max_num_steps=2"], log, cuda, timeout=900)
+        second, records, second_s = run_dtppo([*fast, "ppo.max_num_steps=3"], log, cuda, timeout=900)
     steps = [r["step"] for r in records if "train/loss" in r]
     last = next((r for r in reversed(records) if "train/loss" in r), {})
     keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
