@@ -3,15 +3,20 @@
     python bench/critic.py alignment [--seeds 0 1 2 3 4]  # V(s_t) shift vs no shift (value.shift_values)
     python bench/critic.py grpo [--seeds 0 1 2]            # PPO with critic (GAE) vs GRPO at equal samples
     python bench/critic.py clean [--seeds 0 1 2]           # PPO's gain from a clean SFT model (no careless stage)
+    python bench/critic.py warmup [--seeds 0]              # critic-only training: lr, epochs, batch, head init, clip
 
 Options: ``--recipe`` (default the demo) and ``--set k=v ...`` (overrides for every arm: the recipe of issue 12's
 item 2), ``--steps``, ``--group-size`` (GRPO's samples per prompt), ``--reuse`` (keep finished runs),
-``--dry-run`` (validate every arm's config and print the commands, run nothing) and ``--small`` (2 steps at toy
-sizes with their own SFT model: a smoke test of the runner, not a result).
+``--dry-run`` (validate every arm's config and print the commands, run nothing), ``--small`` (2 steps at toy
+sizes with their own SFT model: a smoke test of the runner, not a result) and ``--plot`` (every run's curves
+overlaid in docs/img/critic_<table>.png).
 
 Every arm of a table starts from the same SFT model and differs only in its arm overrides and ``ppo.seed``.
 GRPO at equal samples: ``num_prompts_per_step / G`` prompts x G samples against the critic arm's
-``num_prompts_per_step`` x 1, the same number of steps, no critic warmup (GRPO has no critic to warm up). Per
+``num_prompts_per_step`` x 1, the same number of steps, no critic warmup (GRPO has no critic to warm up); at equal
+wall time: each run's last validation accuracy within the faster arm's mean training seconds
+(``accuracy_at_equal_time``). The warmup table trains the critic alone (policy frozen for the whole run), one
+arm per critic setting changed from the recipe's. Per
 seed: validation accuracy at the start, best and final; the critic's explained variance, mean over the last
 half of its steps; the decision-token advantage, mean over the policy-training steps of
 ``train/advantages/first_token_abs_mean`` (|A| at the first response token, where unshifted values see the
@@ -37,7 +42,12 @@ from dtppo import config as config_lib  # noqa: E402
 
 DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"
-DEFAULT_SEEDS = {"alignment": [0, 1, 2, 3, 4], "grpo": [0, 1, 2], "clean": [0, 1, 2]}
+DEFAULT_SEEDS = {"alignment": [0, 1, 2, 3, 4], "grpo": [0, 1, 2], "clean": [0, 1, 2], "warmup": [0]}
+# The warmup table's arms: one critic setting changed from the recipe's at a time.
+WARMUP_ARMS = {"base": [], "lr3e-4": ["value.optimizer.lr=3e-4"], "lr3e-3": ["value.optimizer.lr=3e-3"],
+               "epochs4": ["ppo.ppo_epochs=4"], "batch64": ["value.train_global_batch_size=64"],
+               "batch16": ["value.train_global_batch_size=16", "value.train_micro_batch_size=16"],
+               "head0": ["value.head_init_std=0"], "noclip": ["loss.value_clip=null"]}
 # Toy sizes for --small: seconds per run on 2 CPU cores, its own SFT model so no real one is touched.
 SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8", "ppo.max_val_samples=16",
          "ppo.val_batch_size=16", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
@@ -45,7 +55,8 @@ SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8"
          "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2",
          f"sft.output_dir={RUNS / 'small' / 'sft'}", "reward.num_workers=0"]
 METRICS = ["accuracy_start", "accuracy_best", "accuracy_final", "gain_best", "gain_final",
-           "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "validation_seconds"]
+           "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "validation_seconds",
+           "accuracy_at_equal_time"]
 
 # Two-sided 95 % critical values of Student's t, t_{0.975, df} for df = 1..30 (any t table; checked against a
 # numerical integral of the t density in tests/unit/test_bench_critic.py). Beyond 30 the df-30 value is used:
@@ -81,7 +92,20 @@ def summarise(records: list[dict], policy_start_step: int) -> dict:
         "train_seconds": sum(r.get("timing/step", 0.0) for r in records),
         "validation_seconds": sum(r.get("timing/validation", 0.0) for r in records),
         "accuracy_curve": accuracy,
+        "accuracy_at_equal_time": None,
     }
+
+
+def accuracy_within(records: list[dict], seconds: float) -> float:
+    """The last validation accuracy reached within ``seconds`` of training steps (validation time not counted)."""
+    elapsed, reached = 0.0, None
+    for r in sorted(records, key=lambda r: r["step"]):
+        elapsed += r.get("timing/step", 0.0)
+        if elapsed > seconds:
+            break
+        if "validation/accuracy" in r:
+            reached = r["validation/accuracy"]
+    return reached
 
 
 def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[str, list[str]]:
@@ -95,6 +119,9 @@ def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[
         return {"gae": ["ppo.advantage_estimator=gae"],
                 "grpo": ["ppo.advantage_estimator=grpo", f"ppo.num_prompts_per_step={prompts // group_size}",
                          f"ppo.num_generations_per_prompt={group_size}", "ppo.policy_training_start_step=0"]}
+    if table == "warmup":
+        frozen = [f"ppo.policy_training_start_step={base.ppo.max_num_steps}", f"ppo.val_period={base.ppo.max_num_steps}"]
+        return {arm: [*frozen, *extra] for arm, extra in WARMUP_ARMS.items()}
     return {"clean": ["sft.careless_stage.num_steps=0", f"sft.output_dir={base.sft.output_dir}_clean"]}
 
 
@@ -162,6 +189,38 @@ def print_table(summary: dict) -> None:
         print("intervals overlap: " + ", ".join(f"{m}={v}" for m, v in summary["intervals_overlap"].items()))
 
 
+def plot_arms(results: list[dict], out: Path) -> Path:
+    """Validation accuracy and critic EV per step: each seed a thin line, each arm's mean over seeds a thick one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = [("validation/accuracy", "validation accuracy (greedy)"), ("train/critic/explained_var", "critic EV")]
+    for color, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], dict.fromkeys(r["arm"] for r in results)):
+        runs = [_records(REPO / r["log_dir"]) for r in results if r["arm"] == arm]
+        for ax, (key, title) in zip(axes, panels):
+            curves = [{r["step"]: r[key] for r in records if key in r} for records in runs]
+            steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+            if not steps:
+                continue
+            for curve in curves:
+                ax.plot(steps, [curve[s] for s in steps], color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(steps, [statistics.fmean(c[s] for c in curves) for s in steps], color=color, linewidth=2,
+                    label=f"{arm} (mean of {len(curves)})")
+            ax.set_title(title)
+            ax.set_xlabel("PPO step")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", choices=sorted(DEFAULT_SEEDS))
@@ -173,6 +232,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep runs whose log already reaches the last step")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
     parser.add_argument("--small", action="store_true", help="toy sizes: a smoke test of this runner")
+    parser.add_argument("--plot", action="store_true", help="overlay every run's curves in docs/img/critic_<table>.png")
     args = parser.parse_args()
     args.seeds = args.seeds or DEFAULT_SEEDS[args.table]
     runs, root = plan(args)
@@ -188,8 +248,16 @@ def main() -> None:
         print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
               f"best {result['accuracy_best']:.3f}"
               f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}", flush=True)
+    if args.table == "grpo":
+        budget = min(statistics.fmean(r["result"]["train_seconds"] for r in results if r["arm"] == arm)
+                     for arm in ("gae", "grpo"))
+        for r in results:
+            r["result"]["accuracy_at_equal_time"] = accuracy_within(_records(REPO / r["log_dir"]), budget)
     summary = compare(results)
     print_table(summary)
+    if args.plot:
+        image = plot_arms(results, REPO / "docs" / "img" / f"critic_{args.table}.png")
+        print(f"wrote {image.relative_to(REPO)}")
     out = (REPO / root if args.small else REPO / "bench" / "results") / f"critic_{args.table}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results,

@@ -57,3 +57,24 @@ def test_compare_flags_overlapping_intervals():
     summary = critic.compare(results)
     assert summary["intervals_overlap"]["accuracy_best"] is False
     assert "explained_var_last_half_mean" not in summary["a"]
+
+
+def test_accuracy_within_counts_training_seconds_only():
+    # Steps of 2 s; validation at steps 0, 2 and 4. Validation time is not training time.
+    records = [{"step": 0, "validation/accuracy": 0.1, "timing/validation": 50.0}]
+    records += [{"step": s, "timing/step": 2.0} for s in range(1, 5)]
+    records[2]["validation/accuracy"], records[4]["validation/accuracy"] = 0.3, 0.6
+    assert critic.accuracy_within(records, 3.9) == 0.1  # step 2 ends at 4 s
+    assert critic.accuracy_within(records, 4.0) == 0.3
+    assert critic.accuracy_within(records, 7.9) == 0.3
+    assert critic.accuracy_within(records, 100.0) == 0.6
+
+
+def test_warmup_arms_freeze_the_policy_and_change_one_critic_setting():
+    base = critic.config_lib.load(str(critic.DEMO), ["ppo.max_num_steps=12"])
+    arms = critic.arm_overrides("warmup", base, group_size=4)
+    assert arms["base"] == ["ppo.policy_training_start_step=12", "ppo.val_period=12"]
+    for name, extra in arms.items():
+        cfg = critic.config_lib.load(str(critic.DEMO), ["ppo.max_num_steps=12", *extra])
+        assert cfg.ppo.policy_training_start_step == cfg.ppo.max_num_steps  # the policy never trains
+        assert len(extra) - 2 == len(critic.WARMUP_ARMS[name])

@@ -55,8 +55,11 @@ def _run_in_group(fn: Callable[..., None], args: tuple) -> None:
         # nccl for the models' CUDA tensors, gloo for what stays on the CPU (the step's batch, metrics, objects).
         dist.init_process_group("cpu:gloo,cuda:nccl")
     else:
+        # The machine's cores shared among its ranks, unless OMP_NUM_THREADS says otherwise (the vllm backend
+        # sets 1 on CPU, cli.py).
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        shared = max(1, (os.cpu_count() or 1) // local_world)
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 0) or shared)
         dist.init_process_group("gloo")
     fn(*args)
     # Leave together: a rank that tears down gloo while a peer is still connected (separate pools finish at

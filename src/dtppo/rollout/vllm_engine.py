@@ -21,6 +21,7 @@ kernels slow down 10-50x when two OpenMP threads meet any other busy process (do
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -36,6 +37,18 @@ from dtppo.types import Experience
 # supports; vLLM's INFO lines (a few dozen per engine) would bury the run's own output unless asked for.
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+class RotaryReloadFilter(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights", which every ``reload_weights`` logs: the rotary
+    layer's cos/sin cache is computed from the config, not loaded, and vLLM puts the existing one back. Any other
+    layer's warning passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "RotaryEmbedding: Failed to load weights"
+
+
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 
 def request_seeds(key: int, sample_ids: torch.Tensor) -> list[int]:
@@ -64,6 +77,9 @@ class VLLMEngine:
 
         # Sleep mode exists on CUDA/ROCm/XPU builds only; the CPU build rejects enable_sleep_mode=True.
         self.sleep_supported = bool(current_platform.is_sleep_mode_available())
+        reload_logger = logging.getLogger(RELOAD_LOGGER)
+        if not any(isinstance(f, RotaryReloadFilter) for f in reload_logger.filters):
+            reload_logger.addFilter(RotaryReloadFilter())
         self.asleep = False
         dtype = next(model.parameters()).dtype
         with tempfile.TemporaryDirectory(prefix="dtppo-vllm-") as directory:
