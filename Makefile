@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# The demo (README): SFT on the critic recipe's task, then PPO twice from that model, the critic's values aligned
+# to the state before each token (dtppo's default) and not (value.shift_values=false); one seed per arm, then a
+# table side by side. docs/learning.md has the 10-seed result.
 demo: $(STAMP)
-	$(VENV)/bin/dtppo ppo recipes/tiny-math-cpu.yaml
+	$(PY) bench/critic.py alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo --show-output --plot
 
 # `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 15 minutes on 2 cores;
 # `make test-all` runs every test.
@@ -43,7 +46,6 @@ reliability: $(STAMP)
 # carry the command that reproduces them. Add one with: BENCH_SCRIPTS += bench/<name>.py
 BENCH_SCRIPTS := bench/parity.py bench/distributed.py bench/rollout.py bench/vs_trl.py
 BENCH_SCRIPTS += bench/train_flops.py bench/scaling.py bench/memory.py
-BENCH_SCRIPTS += bench/value_alignment.py
 
 bench: $(STAMP)
 	@for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -8,16 +8,19 @@
 Options: ``--recipe`` (default the demo) and ``--set k=v ...`` (overrides for every arm: the recipe of issue 12's
 item 2), ``--steps``, ``--group-size`` (GRPO's samples per prompt), ``--reuse`` (keep finished runs),
 ``--dry-run`` (validate every arm's config and print the commands, run nothing), ``--small`` (2 steps at toy
-sizes with their own SFT model: a smoke test of the runner, not a result) and ``--plot`` (every run's curves
-overlaid in docs/img/critic_<table>.png).
+sizes with their own SFT model: a smoke test of the runner, not a result), ``--plot`` (every run's curves
+overlaid in docs/img/critic_<table>.png), ``--out DIR`` (the runs, the JSON and the plot go to DIR instead) and
+``--show-output`` (each run's own progress and results table; ``make demo`` uses it).
 
 Every arm of a table starts from the same SFT model and differs only in its arm overrides and ``ppo.seed``.
 GRPO at equal samples: ``num_prompts_per_step / G`` prompts x G samples against the critic arm's
 ``num_prompts_per_step`` x 1, the same number of steps, no critic warmup (GRPO has no critic to warm up); at equal
-wall time: each run's last validation accuracy within the faster arm's mean training seconds
-(``accuracy_at_equal_time``). The warmup table trains the critic alone (policy frozen for the whole run), one
-arm per critic setting changed from the recipe's. Per
-seed: validation accuracy at the start, best and final; the critic's explained variance, mean over the last
+wall time: each run's last validation accuracy within the faster arm's training time, steps x median step
+seconds, mean over seeds (``accuracy_at_equal_time``; medians, so a step slowed by another job does not
+count). The warmup table trains the critic alone (policy frozen for the whole run), one arm per critic setting
+changed from the recipe's.
+
+Per seed: validation accuracy at the start, best and final; the critic's explained variance, mean over the last
 half of its steps; the decision-token advantage, mean over the policy-training steps of
 ``train/advantages/first_token_abs_mean`` (|A| at the first response token, where unshifted values see the
 action); training and validation seconds (for equal wall time). Per arm: mean and 95 % confidence interval
@@ -55,8 +58,8 @@ SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8"
          "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2",
          f"sft.output_dir={RUNS / 'small' / 'sft'}", "reward.num_workers=0"]
 METRICS = ["accuracy_start", "accuracy_best", "accuracy_final", "gain_best", "gain_final",
-           "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "validation_seconds",
-           "accuracy_at_equal_time"]
+           "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "step_seconds_median",
+           "validation_seconds", "accuracy_at_equal_time"]
 
 # Two-sided 95 % critical values of Student's t, t_{0.975, df} for df = 1..30 (any t table; checked against a
 # numerical integral of the t density in tests/unit/test_bench_critic.py). Beyond 30 the df-30 value is used:
@@ -90,6 +93,7 @@ def summarise(records: list[dict], policy_start_step: int) -> dict:
         "explained_var_last_half_mean": statistics.fmean(last_half) if last_half else None,
         "decision_token_advantage": statistics.fmean(decision) if decision else None,
         "train_seconds": sum(r.get("timing/step", 0.0) for r in records),
+        "step_seconds_median": statistics.median(r["timing/step"] for r in records if "timing/step" in r),
         "validation_seconds": sum(r.get("timing/validation", 0.0) for r in records),
         "accuracy_curve": accuracy,
         "accuracy_at_equal_time": None,
@@ -97,15 +101,11 @@ def summarise(records: list[dict], policy_start_step: int) -> dict:
 
 
 def accuracy_within(records: list[dict], seconds: float) -> float:
-    """The last validation accuracy reached within ``seconds`` of training steps (validation time not counted)."""
-    elapsed, reached = 0.0, None
-    for r in sorted(records, key=lambda r: r["step"]):
-        elapsed += r.get("timing/step", 0.0)
-        if elapsed > seconds:
-            break
-        if "validation/accuracy" in r:
-            reached = r["validation/accuracy"]
-    return reached
+    """The last validation accuracy reached within ``seconds`` of training, counting each step at the run's median
+    step time (a step slowed by another job on the machine does not move the budget; validation not counted)."""
+    median = statistics.median(r["timing/step"] for r in records if "timing/step" in r)
+    accuracy = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
+    return [a for step, a in accuracy if step * median <= seconds][-1]
 
 
 def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[str, list[str]]:
@@ -120,14 +120,15 @@ def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[
                 "grpo": ["ppo.advantage_estimator=grpo", f"ppo.num_prompts_per_step={prompts // group_size}",
                          f"ppo.num_generations_per_prompt={group_size}", "ppo.policy_training_start_step=0"]}
     if table == "warmup":
-        frozen = [f"ppo.policy_training_start_step={base.ppo.max_num_steps}", f"ppo.val_period={base.ppo.max_num_steps}"]
+        steps = base.ppo.max_num_steps
+        frozen = [f"ppo.policy_training_start_step={steps}", f"ppo.val_period={steps}"]
         return {arm: [*frozen, *extra] for arm, extra in WARMUP_ARMS.items()}
     return {"clean": ["sft.careless_stage.num_steps=0", f"sft.output_dir={base.sft.output_dir}_clean"]}
 
 
 def plan(args: argparse.Namespace) -> tuple[list[dict], Path]:
     """Every (arm, seed) run: its overrides, validated by loading its config, and its command line."""
-    root = RUNS / "small" if args.small else RUNS
+    root = Path(args.out) if args.out else RUNS / "small" if args.small else RUNS
     common = [*(SMALL if args.small else []), *args.set, "checkpointing.enabled=false", "logger.tensorboard=false"]
     if args.steps is not None:
         common.append(f"ppo.max_num_steps={args.steps}")
@@ -156,10 +157,11 @@ def _records(log_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def execute(run: dict, reuse: bool) -> dict:
+def execute(run: dict, reuse: bool, show_output: bool) -> dict:
     log_dir = REPO / run["log_dir"]
     if not (reuse and any(r["step"] == run["steps"] for r in _records(log_dir))):
-        subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO, check=True,
+                       stdout=None if show_output else subprocess.DEVNULL)
     return summarise(_records(log_dir), run["policy_start_step"])
 
 
@@ -178,15 +180,20 @@ def compare(results: list[dict]) -> dict:
 
 
 def print_table(summary: dict) -> None:
-    print(f"\n{'arm':<10}{'metric':<32}{'n':>3}{'mean':>12}{'95% CI':>28}")
-    for arm, metrics in summary.items():
-        if arm == "intervals_overlap":
-            continue
-        for name, s in metrics.items():
-            ci = "" if s["ci95_low"] is None else f"[{s['ci95_low']:.3f}, {s['ci95_high']:.3f}]"
-            print(f"{arm:<10}{name:<32}{s['n']:>3}{s['mean']:>12.3f}{ci:>28}")
-    if "intervals_overlap" in summary:
-        print("intervals overlap: " + ", ".join(f"{m}={v}" for m, v in summary["intervals_overlap"].items()))
+    """One row per metric, one column per arm: mean [95 % CI]; with two arms, whether the intervals overlap."""
+    arms = [arm for arm in summary if arm != "intervals_overlap"]
+    overlap = summary.get("intervals_overlap", {})
+    n = {arm: max((s["n"] for s in summary[arm].values()), default=0) for arm in arms}
+    print(f"\n{'metric':<30}" + "".join(f"{f'{arm} (n={n[arm]})':>28}" for arm in arms)
+          + ("  CIs overlap" if overlap else ""))
+    for metric in dict.fromkeys(m for arm in arms for m in summary[arm]):
+        cells = []
+        for arm in arms:
+            s = summary[arm].get(metric)
+            ci = "" if s is None or s["ci95_low"] is None else f" [{s['ci95_low']:.3f}, {s['ci95_high']:.3f}]"
+            cells.append("-" if s is None else f"{s['mean']:.3f}{ci}")
+        flag = {True: "yes", False: "no"}.get(overlap.get(metric), "")
+        print(f"{metric:<30}" + "".join(f"{c:>28}" for c in cells) + (f"  {flag:>12}" if overlap else ""))
 
 
 def plot_arms(results: list[dict], out: Path) -> Path:
@@ -233,6 +240,8 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
     parser.add_argument("--small", action="store_true", help="toy sizes: a smoke test of this runner")
     parser.add_argument("--plot", action="store_true", help="overlay every run's curves in docs/img/critic_<table>.png")
+    parser.add_argument("--out", help="a folder for the JSON and the plot (default bench/results/ and docs/img/)")
+    parser.add_argument("--show-output", action="store_true", help="show each run's own output (progress, table)")
     args = parser.parse_args()
     args.seeds = args.seeds or DEFAULT_SEEDS[args.table]
     runs, root = plan(args)
@@ -242,23 +251,25 @@ def main() -> None:
         return
     results = []
     for run in runs:
-        result = execute(run, args.reuse)
+        result = execute(run, args.reuse, args.show_output)
         results.append({k: v for k, v in run.items() if k != "argv"} | {"result": result})
         ev = result["explained_var_last_half_mean"]
         print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
               f"best {result['accuracy_best']:.3f}"
               f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}", flush=True)
     if args.table == "grpo":
-        budget = min(statistics.fmean(r["result"]["train_seconds"] for r in results if r["arm"] == arm)
-                     for arm in ("gae", "grpo"))
+        budget = min(statistics.fmean(r["steps"] * r["result"]["step_seconds_median"] for r in results
+                                      if r["arm"] == arm) for arm in ("gae", "grpo"))
         for r in results:
             r["result"]["accuracy_at_equal_time"] = accuracy_within(_records(REPO / r["log_dir"]), budget)
     summary = compare(results)
     print_table(summary)
     if args.plot:
-        image = plot_arms(results, REPO / "docs" / "img" / f"critic_{args.table}.png")
+        image_dir = REPO / args.out if args.out else REPO / "docs" / "img"
+        image = plot_arms(results, image_dir / f"critic_{args.table}.png")
         print(f"wrote {image.relative_to(REPO)}")
-    out = (REPO / root if args.small else REPO / "bench" / "results") / f"critic_{args.table}.json"
+    out = REPO / root / f"critic_{args.table}.json" if args.out or args.small else \
+        REPO / "bench" / "results" / f"critic_{args.table}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results,
                                "summary": summary}, indent=1))

@@ -59,15 +59,16 @@ def test_compare_flags_overlapping_intervals():
     assert "explained_var_last_half_mean" not in summary["a"]
 
 
-def test_accuracy_within_counts_training_seconds_only():
-    # Steps of 2 s; validation at steps 0, 2 and 4. Validation time is not training time.
+def test_accuracy_within_counts_steps_at_their_median_time():
+    # Steps of 2 s, one slowed to 30 s by another job; validation at steps 0, 2 and 4 (its time not counted).
     records = [{"step": 0, "validation/accuracy": 0.1, "timing/validation": 50.0}]
-    records += [{"step": s, "timing/step": 2.0} for s in range(1, 5)]
+    records += [{"step": s, "timing/step": 30.0 if s == 1 else 2.0} for s in range(1, 5)]
     records[2]["validation/accuracy"], records[4]["validation/accuracy"] = 0.3, 0.6
-    assert critic.accuracy_within(records, 3.9) == 0.1  # step 2 ends at 4 s
+    assert critic.accuracy_within(records, 3.9) == 0.1  # step 2 ends at 2 x 2 s
     assert critic.accuracy_within(records, 4.0) == 0.3
     assert critic.accuracy_within(records, 7.9) == 0.3
-    assert critic.accuracy_within(records, 100.0) == 0.6
+    assert critic.accuracy_within(records, 8.0) == 0.6
+    assert critic.summarise(records, 0)["step_seconds_median"] == 2.0
 
 
 def test_warmup_arms_freeze_the_policy_and_change_one_critic_setting():

@@ -312,6 +312,6 @@ def warn_unusual(cfg: Config) -> None:
     in the launching process; ranks rebuild the config with ``from_dict``, which stays quiet)."""
     if not cfg.value.shift_values:
         print("dtppo: WARNING: value.shift_values=false reads V(s_t) from the hidden state that has already "
-              "seen token t. It exists only for the value-alignment experiment (bench/value_alignment.py); "
+              "seen token t. It exists only for the value-alignment experiment (bench/critic.py alignment); "
               "do not train with it.", file=sys.stderr, flush=True)
 
