@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dtppo import config as config_lib  # noqa: E402
+from dtppo.logging import read_metrics  # noqa: E402
 
 DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"
@@ -153,16 +154,19 @@ def _shown(path: str) -> str:
 
 
 def _records(log_dir: Path) -> list[dict]:
-    path = log_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """A run's metrics records; none when it has not started."""
+    return read_metrics(log_dir) if (log_dir / "metrics.jsonl").is_file() else []
 
 
-def execute(run: dict, reuse: bool, show_output: bool) -> dict:
+def execute(run: dict, reuse: bool, show_output: bool) -> list[dict]:
+    """Run one arm and seed (unless ``reuse`` finds it finished) and return its metrics records."""
     log_dir = REPO / run["log_dir"]
-    if not (reuse and any(r["step"] == run["steps"] for r in _records(log_dir))):
+    records = _records(log_dir) if reuse else []
+    if not any(r["step"] == run["steps"] for r in records):
         subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO, check=True,
                        stdout=None if show_output else subprocess.DEVNULL)
-    return summarise(_records(log_dir), run["policy_start_step"])
+        records = _records(log_dir)
+    return records
 
 
 def compare(results: list[dict]) -> dict:
@@ -196,7 +200,7 @@ def print_table(summary: dict) -> None:
         print(f"{metric:<30}" + "".join(f"{c:>28}" for c in cells) + (f"  {flag:>12}" if overlap else ""))
 
 
-def plot_arms(results: list[dict], out: Path) -> Path:
+def plot_arms(results: list[dict], records: list[list[dict]], out: Path) -> Path:
     """Validation accuracy and critic EV per step: each seed a thin line, each arm's mean over seeds a thick one."""
     import matplotlib
 
@@ -206,7 +210,7 @@ def plot_arms(results: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     panels = [("validation/accuracy", "validation accuracy (greedy)"), ("train/critic/explained_var", "critic EV")]
     for color, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], dict.fromkeys(r["arm"] for r in results)):
-        runs = [_records(REPO / r["log_dir"]) for r in results if r["arm"] == arm]
+        runs = [run_records for r, run_records in zip(results, records) if r["arm"] == arm]
         for ax, (key, title) in zip(axes, panels):
             curves = [{r["step"]: r[key] for r in records if key in r} for records in runs]
             steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
@@ -249,9 +253,10 @@ def main() -> None:
         print(run["command"], flush=True)
     if args.dry_run:
         return
-    results = []
+    results, records = [], []
     for run in runs:
-        result = execute(run, args.reuse, args.show_output)
+        records.append(execute(run, args.reuse, args.show_output))
+        result = summarise(records[-1], run["policy_start_step"])
         results.append({k: v for k, v in run.items() if k != "argv"} | {"result": result})
         ev = result["explained_var_last_half_mean"]
         print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
@@ -260,13 +265,13 @@ def main() -> None:
     if args.table == "grpo":
         budget = min(statistics.fmean(r["steps"] * r["result"]["step_seconds_median"] for r in results
                                       if r["arm"] == arm) for arm in ("gae", "grpo"))
-        for r in results:
-            r["result"]["accuracy_at_equal_time"] = accuracy_within(_records(REPO / r["log_dir"]), budget)
+        for r, run_records in zip(results, records):
+            r["result"]["accuracy_at_equal_time"] = accuracy_within(run_records, budget)
     summary = compare(results)
     print_table(summary)
     if args.plot:
         image_dir = REPO / args.out if args.out else REPO / "docs" / "img"
-        image = plot_arms(results, image_dir / f"critic_{args.table}.png")
+        image = plot_arms(results, records, image_dir / f"critic_{args.table}.png")
         print(f"wrote {image.relative_to(REPO)}")
     out = REPO / root / f"critic_{args.table}.json" if args.out or args.small else \
         REPO / "bench" / "results" / f"critic_{args.table}.json"

@@ -36,6 +36,7 @@ from dtppo.algorithms.advantages import compute_advantages, token_level_rewards
 from dtppo.algorithms.losses import policy_loss, value_loss
 from dtppo.config import TinyMathConfig, TinyModelConfig
 from dtppo.data.tiny_math import TinyMathStream
+from dtppo.logging import read_metrics
 from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
@@ -216,8 +217,7 @@ def run_dtppo(overrides: list[str], log_dir: Path, cuda: bool,
                            *overrides, f"logger.log_dir={log_dir}"], env=env, capture_output=True, text=True,
                           timeout=timeout)
     seconds = time.perf_counter() - start
-    log = log_dir / "metrics.jsonl"
-    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+    records = read_metrics(log_dir) if (log_dir / "metrics.jsonl").is_file() else []
     return proc, records, seconds
 
 
