@@ -10,7 +10,9 @@ item 2), ``--steps``, ``--group-size`` (GRPO's samples per prompt), ``--reuse`` 
 ``--dry-run`` (validate every arm's config and print the commands, run nothing), ``--small`` (2 steps at toy
 sizes with their own SFT model: a smoke test of the runner, not a result), ``--plot`` (every run's curves
 overlaid in docs/img/critic_<table>.png), ``--out DIR`` (the runs, the JSON and the plot go to DIR instead) and
-``--show-output`` (each run's own progress and results table; ``make demo`` uses it).
+``--show-output`` (each run's own progress and results table; ``make demo`` uses it), ``--tag NAME`` (a second
+recipe's tables: runs under runs/critic/NAME/, files named critic_<table>_NAME.json and .png, so they neither
+reuse nor overwrite another recipe's).
 
 Every arm of a table starts from the same SFT model and differs only in its arm overrides and ``ppo.seed``.
 GRPO at equal samples: ``num_prompts_per_step / G`` prompts x G samples against the critic arm's
@@ -42,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dtppo import config as config_lib  # noqa: E402
-from dtppo.logging import read_metrics  # noqa: E402
+from dtppo.logging import explained_var_defined, explained_var_mean, read_metrics  # noqa: E402
 
 DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"
@@ -87,11 +89,12 @@ def summarise(records: list[dict], policy_start_step: int) -> dict:
     decision = [r["train/advantages/first_token_abs_mean"] for r in records
                 if "train/advantages/first_token_abs_mean" in r and r["step"] > policy_start_step]
     start, best, final = accuracy[0][1], max(a for _, a in accuracy), accuracy[-1][1]
-    last_half = [v for s, v in ev if s > ev[-1][0] / 2] if ev else []
+    late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2) if ev else (None, 0)
     return {
         "accuracy_start": start, "accuracy_best": best, "accuracy_final": final,
         "gain_best": best - start, "gain_final": final - start,
-        "explained_var_last_half_mean": statistics.fmean(last_half) if last_half else None,
+        "explained_var_last_half_mean": late,
+        "explained_var_constant_return_steps": constant,
         "decision_token_advantage": statistics.fmean(decision) if decision else None,
         "train_seconds": sum(r.get("timing/step", 0.0) for r in records),
         "step_seconds_median": statistics.median(r["timing/step"] for r in records if "timing/step" in r),
@@ -129,7 +132,7 @@ def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[
 
 def plan(args: argparse.Namespace) -> tuple[list[dict], Path]:
     """Every (arm, seed) run: its overrides, validated by loading its config, and its command line."""
-    root = Path(args.out) if args.out else RUNS / "small" if args.small else RUNS
+    root = Path(args.out) if args.out else RUNS / "small" if args.small else RUNS / args.tag if args.tag else RUNS
     common = [*(SMALL if args.small else []), *args.set, "checkpointing.enabled=false", "logger.tensorboard=false"]
     if args.steps is not None:
         common.append(f"ppo.max_num_steps={args.steps}")
@@ -200,8 +203,15 @@ def print_table(summary: dict) -> None:
         print(f"{metric:<30}" + "".join(f"{c:>28}" for c in cells) + (f"  {flag:>12}" if overlap else ""))
 
 
+def _nanmean(values: list[float]) -> float:
+    """Mean of the values that are not NaN; NaN when none is."""
+    kept = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(kept) if kept else math.nan
+
+
 def plot_arms(results: list[dict], records: list[list[dict]], out: Path) -> Path:
-    """Validation accuracy and critic EV per step: each seed a thin line, each arm's mean over seeds a thick one."""
+    """Validation accuracy and critic EV per step: each seed a thin line, each arm's mean over seeds a thick one.
+    Steps whose EV is undefined (constant returns) are gaps in a seed's line and left out of the arm's mean."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,16 +222,18 @@ def plot_arms(results: list[dict], records: list[list[dict]], out: Path) -> Path
     for color, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], dict.fromkeys(r["arm"] for r in results)):
         runs = [run_records for r, run_records in zip(results, records) if r["arm"] == arm]
         for ax, (key, title) in zip(axes, panels):
-            curves = [{r["step"]: r[key] for r in records if key in r} for records in runs]
+            curves = [{r["step"]: r[key] if key != panels[1][0] or explained_var_defined(r) else math.nan
+                       for r in records if key in r} for records in runs]
             steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
             if not steps:
                 continue
             for curve in curves:
                 ax.plot(steps, [curve[s] for s in steps], color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(steps, [statistics.fmean(c[s] for c in curves) for s in steps], color=color, linewidth=2,
-                    label=f"{arm} (mean of {len(curves)})")
+            means = [_nanmean([c[s] for c in curves]) for s in steps]
+            ax.plot(steps, means, color=color, linewidth=2, label=f"{arm} (mean of {len(curves)})")
             ax.set_title(title)
             ax.set_xlabel("PPO step")
+    axes[1].set_ylim(max(axes[1].get_ylim()[0], -1.0), 1.0)
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -246,6 +258,7 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true", help="overlay every run's curves in docs/img/critic_<table>.png")
     parser.add_argument("--out", help="a folder for the JSON and the plot (default bench/results/ and docs/img/)")
     parser.add_argument("--show-output", action="store_true", help="show each run's own output (progress, table)")
+    parser.add_argument("--tag", help="name a second recipe's runs and files (runs/critic/TAG, critic_<table>_TAG)")
     args = parser.parse_args()
     args.seeds = args.seeds or DEFAULT_SEEDS[args.table]
     runs, root = plan(args)
@@ -269,12 +282,13 @@ def main() -> None:
             r["result"]["accuracy_at_equal_time"] = accuracy_within(run_records, budget)
     summary = compare(results)
     print_table(summary)
+    name = f"{args.table}_{args.tag}" if args.tag else args.table
     if args.plot:
         image_dir = REPO / args.out if args.out else REPO / "docs" / "img"
-        image = plot_arms(results, records, image_dir / f"critic_{args.table}.png")
+        image = plot_arms(results, records, image_dir / f"critic_{name}.png")
         print(f"wrote {image.relative_to(REPO)}")
-    out = REPO / root / f"critic_{args.table}.json" if args.out or args.small else \
-        REPO / "bench" / "results" / f"critic_{args.table}.json"
+    out = REPO / root / f"critic_{name}.json" if args.out or args.small else \
+        REPO / "bench" / "results" / f"critic_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results,
                                "summary": summary}, indent=1))

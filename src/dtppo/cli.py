@@ -175,11 +175,11 @@ def _table(title: str, values: dict) -> str:
 
 def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict]) -> str:
     """The demo's summary: accuracy before and after PPO and the critic's fit over the run."""
-    from dtppo.logging import read_metrics
+    from dtppo.logging import explained_var_mean, read_metrics
 
     records = read_metrics(cfg.logger.log_dir)
     val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
-    ev = [r["train/critic/explained_var"] for r in records if "train/critic/explained_var" in r]
+    ev = [(r["step"], r["train/critic/explained_var"]) for r in records if "train/critic/explained_var" in r]
     rows = dict(sft_results)
     if val:
         rows["validation accuracy at start (step 0)"] = val[0][1]
@@ -187,9 +187,12 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
         rows["PPO gain (points)"] = 100 * (val[-1][1] - val[0][1])
         rows["best validation accuracy"] = max(a for _, a in val)
     if ev:
-        half = ev[len(ev) // 2 :]
-        rows["critic explained variance, first step"] = ev[0]
-        rows["critic explained variance, mean of last half"] = sum(half) / len(half)
+        late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2)
+        rows["critic explained variance, first step"] = ev[0][1]
+        if late is not None:
+            rows["critic explained variance, mean of last half"] = late
+        if constant:
+            rows["last-half steps with constant returns (EV undefined, left out)"] = constant
     if history:
         rows["mean PPO step time (s)"] = sum(h["timing/step"] for h in history) / len(history)
     return _table("dtppo results", rows)

@@ -113,6 +113,29 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+# Var(R) at or below this is the clamp of algorithms.losses.explained_var_from_moments: EV is not defined there.
+CONSTANT_RETURNS_VAR = 1e-8
+
+
+def explained_var_defined(record: dict) -> bool:
+    """Whether a step's ``train/critic/explained_var`` means anything.
+
+    A step in which every sample got the same reward has constant returns: its logged EV is
+    1 − Var(R − V) / 1e-8 (the reference's formula), a number as low as −10⁶ that says nothing about the critic.
+    Such a step has ``train/critic/returns_var`` ≤ 1e-8; a log written before that metric existed counts as defined.
+    """
+    return "train/critic/explained_var" in record and \
+        record.get("train/critic/returns_var", math.inf) > CONSTANT_RETURNS_VAR
+
+
+def explained_var_mean(records: list[dict], after_step: float) -> tuple[float | None, int]:
+    """Mean of ``train/critic/explained_var`` over the steps after ``after_step`` where it is defined
+    (:func:`explained_var_defined`). Returns (the mean, or None when no step counts; the number left out)."""
+    steps = [r for r in records if "train/critic/explained_var" in r and r["step"] > after_step]
+    defined = [r["train/critic/explained_var"] for r in steps if explained_var_defined(r)]
+    return (sum(defined) / len(defined) if defined else None), len(steps) - len(defined)
+
+
 def read_metrics(log_dir: str | Path) -> list[dict]:
     """All records of ``<log_dir>/metrics.jsonl``."""
     path = Path(log_dir) / "metrics.jsonl"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dtppo.logging import read_metrics
+from dtppo.logging import explained_var_defined, read_metrics
 
 PANELS = [
     ("train/reward", "train reward"),
@@ -13,6 +13,12 @@ PANELS = [
     ("train/critic/loss", "critic loss"),
     ("train/critic/explained_var", "critic explained variance"),
 ]
+
+
+def curve(records: list[dict], key: str) -> list[tuple[int, float]]:
+    """(step, value) of one metric over a run; steps whose EV is undefined (constant returns) are left out."""
+    return [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))
+            and (key != "train/critic/explained_var" or explained_var_defined(r))]
 
 
 def plot_runs(log_dirs: list[str | Path], out: str | Path | None = None) -> Path:
@@ -26,7 +32,7 @@ def plot_runs(log_dirs: list[str | Path], out: str | Path | None = None) -> Path
     for log_dir in log_dirs:
         records = read_metrics(log_dir)
         for ax, (key, _) in zip(axes.flat, PANELS):
-            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            points = curve(records, key)
             if points:
                 steps, values = zip(*points)
                 ax.plot(steps, values, marker="o" if len(points) < 30 else None, label=str(log_dir))
@@ -35,7 +41,7 @@ def plot_runs(log_dirs: list[str | Path], out: str | Path | None = None) -> Path
         ax.set_xlabel("PPO step")
         ax.grid(alpha=0.3)
         if key == "train/critic/explained_var":
-            ax.set_ylim(-1.0, 1.0)  # a step with constant returns makes EV hugely negative by definition
+            ax.set_ylim(-1.0, 1.0)  # an untrained critic's EV can be far below 0 and hide the rest
     if len(log_dirs) > 1:
         axes.flat[0].legend(fontsize=8)
     fig.tight_layout()

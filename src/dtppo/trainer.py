@@ -20,7 +20,7 @@ from dtppo.evaluation import decode_responses
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import mean_over, to_floats
 from dtppo.models.tokenizer import load_tokenizer
-from dtppo.ops import masked_max, masked_mean, masked_min
+from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
 from dtppo.rewards.scoring import RewardScorer
 from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.trackers import open_trackers
@@ -199,6 +199,8 @@ class PPOTrainer:
             "values_min": masked_min(experience.old_values, mask),
             "values_max": masked_max(experience.old_values, mask),
             "returns_mean": masked_mean(experience.returns, mask),
+            # 0 when every sample got the same reward: that step's EV is then undefined (logging.explained_var_mean)
+            "returns_var": masked_var(experience.returns, mask, unbiased=False),
             "explained_var": explained_var(experience.returns, experience.old_values, mask),
             **mean_over(critic_runs),
             "skipped_steps": torch.tensor(float(self.value.skipped_steps())),

@@ -32,6 +32,10 @@ def test_reference_gates(ppo_run):
         assert r["train/critic/explained_var"] <= 1.0001
         assert math.isfinite(r["train/critic/grad_norm"]) and r["train/critic/grad_norm"] < 350
         assert 0.0 <= r["train/reward"] <= 1.0
+        # γ = λ = 1, 0/1 rewards: each token's return is its sample's reward, so Var(R) ≤ 1/4 and it is 0 exactly
+        # when every sample got the same reward (the steps whose EV is undefined)
+        assert 0.0 <= r["train/critic/returns_var"] <= 0.25 + 1e-6
+        assert (r["train/critic/returns_var"] < 1e-8) == (r["train/reward"] in (0.0, 1.0))
         assert r["timing/generation"] > 0 and r["perf/tokens_per_sec"] > 0
     assert "validation/accuracy" in steps[-1]
     assert "dtppo results" in proc.stdout and "ETA" in proc.stdout

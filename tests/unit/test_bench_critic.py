@@ -79,3 +79,16 @@ def test_warmup_arms_freeze_the_policy_and_change_one_critic_setting():
         cfg = critic.config_lib.load(str(critic.DEMO), ["ppo.max_num_steps=12", *extra])
         assert cfg.ppo.policy_training_start_step == cfg.ppo.max_num_steps  # the policy never trains
         assert len(extra) - 2 == len(critic.WARMUP_ARMS[name])
+
+
+def test_a_tag_keeps_a_second_recipes_runs_apart():
+    import argparse
+
+    args = argparse.Namespace(table="alignment", seeds=[3], recipe=str(critic.DEMO), set=[], steps=None,
+                              group_size=4, small=False, out=None, tag=None)
+    untagged, _ = critic.plan(args)
+    tagged, root = critic.plan(argparse.Namespace(**{**vars(args), "tag": "mixed"}))
+    assert root == critic.RUNS / "mixed"
+    assert [r["log_dir"] for r in tagged] == [str(critic.RUNS / "mixed" / "alignment" / f"{arm}_seed3")
+                                              for arm in ("shift", "noshift")]
+    assert not {r["log_dir"] for r in tagged} & {r["log_dir"] for r in untagged}  # --reuse never mixes them

@@ -1,11 +1,12 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
 
-RECIPES = ["recipes/base.yaml", "recipes/tiny-math-cpu.yaml", "recipes/qwen2.5-1.5b-gsm8k-1n8g.yaml"]
+RECIPES = sorted(f"recipes/{p.name}" for p in (Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 
 
 @pytest.fixture(autouse=True)
@@ -128,3 +129,9 @@ def test_micro_batch_is_an_upper_bound_per_rank():
 def test_batches_that_do_not_split_among_ranks_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=rf"^{key}:"):
         config_lib.load("recipes/tiny-math-cpu.yaml", overrides)
+
+
+
+def test_the_mixed_recipe_puts_half_the_problems_out_of_reach():
+    cfg = config_lib.load("recipes/tiny-math-mixed-cpu.yaml")  # issue 12's critic task
+    assert cfg.data.tiny_math.hard_fraction == 0.5 and cfg.data.tiny_math.hard_max_number == 999

@@ -26,6 +26,21 @@ def test_tiny_math_is_deterministic_and_correct():
     assert stream[0] != TinyMathStream(CFG, seed=4)[0]
 
 
+def test_hard_problems_mix_in_at_their_share_and_leave_easy_streams_unchanged():
+    mixed = TinyMathStream(TinyMathConfig(max_number=5, max_ops=1, hard_fraction=0.5, hard_max_number=999), seed=0)
+    hard = 0
+    for i in range(1000):
+        p = mixed[i]
+        numbers = [int(w.strip(".,")) for w in p.question.split() if w.strip(".,").isdigit()]
+        assert max(numbers) <= 999 and gsm8k_reward(p.solution, p.answer) == 1.0
+        hard += max(numbers) > 5
+    assert 450 <= hard <= 550  # binomial(1000, 0.5): 3.2 standard deviations either side
+    # hard_fraction 0 draws nothing extra: the default stream is the one every earlier run saw
+    assert TinyMathStream(TinyMathConfig(hard_max_number=50), seed=3)[0] == TinyMathStream(CFG, seed=3)[0]
+    assert TinyMathStream(CFG, seed=3)[0].question == (
+        "Tom has 5 eggs. He wins 11 more, then gives 3 to a friend. How many eggs does Tom have now?")
+
+
 def test_careless_answers_are_always_wrong_bare_lines():
     stream = TinyMathStream(CFG, seed=0, careless_fraction=1.0)
     for i in range(200):

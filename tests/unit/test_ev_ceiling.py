@@ -24,10 +24,25 @@ def test_group_mean_leave_one_out_by_hand():
 def test_form_oracle_is_perfect_when_the_form_decides_the_reward():
     rewards = torch.tensor([0.0, 0.0, 1.0, 1.0])
     bare = torch.tensor([True, True, False, False])
-    preds = ev_ceiling.predictors(rewards, torch.tensor([0, 0, 1, 1]), bare)
+    preds = ev_ceiling.predictors(rewards, torch.tensor([0, 0, 1, 1]), bare, hard=None)
+    assert "difficulty oracle" not in preds
     assert torch.equal(preds["form oracle"], torch.tensor([0.0, 0.0, 1.0, 1.0], dtype=torch.float64))
     # leave-one-out within a prompt: each sample sees its twin, which has the same reward here
     assert torch.equal(preds["prompt MC mean (leave-one-out)"], rewards.double())
+
+
+def test_difficulty_oracle_is_each_difficultys_mean_return():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    bare = torch.tensor([False, True, False, False, True, False])
+    hard = torch.tensor([False, False, False, True, True, True])
+    preds = ev_ceiling.predictors(rewards, torch.tensor([0, 0, 1, 2, 2, 3]), bare, hard)
+    assert torch.allclose(preds["difficulty oracle"], torch.tensor([2 / 3] * 3 + [0.0] * 3, dtype=torch.float64))
+    assert torch.equal(preds["difficulty x form"], torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64))
+
+
+def test_a_hard_question_shows_a_number_above_the_easy_range():
+    assert ev_ceiling.is_hard("Tom has 347 eggs. He wins 5 more. How many eggs does Tom have now?", 5)
+    assert not ev_ceiling.is_hard("Tom has 3 eggs. He wins 5 more. How many eggs does Tom have now?", 5)
 
 
 def test_position_buckets_split_the_response_tokens():

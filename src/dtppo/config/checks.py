@@ -87,6 +87,9 @@ def check(cfg: Config) -> None:
     _require(tiny.max_number >= 2, "data.tiny_math.max_number", "must be >= 2")
     _require(1 <= tiny.min_ops <= tiny.max_ops, "data.tiny_math.min_ops",
              "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops")
+    _require(0.0 <= tiny.hard_fraction <= 1.0, "data.tiny_math.hard_fraction", "must be in [0, 1]")
+    _require(tiny.hard_fraction == 0 or tiny.hard_max_number > tiny.max_number, "data.tiny_math.hard_max_number",
+             "must be > data.tiny_math.max_number when data.tiny_math.hard_fraction > 0")
     if cfg.data.task == "gsm8k":
         _require(cfg.data.train.path is not None, "data.train.path", "required when data.task is gsm8k")
         _require(cfg.data.validation.path is not None, "data.validation.path",

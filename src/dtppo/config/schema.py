@@ -245,6 +245,11 @@ class TinyMathConfig:
     """Fewest operations per problem."""
     max_ops: int = 2
     """Most operations per problem."""
+    hard_fraction: float = 0.0
+    """Share of problems whose numbers come from 1..hard_max_number instead: a second difficulty that the prompt
+    shows (its numbers' size), for a task whose return a critic can partly predict from the prompt."""
+    hard_max_number: int = 999
+    """Largest number of a hard problem (only with hard_fraction > 0)."""
     validation_seed: int = 12345
     """The held-out set; its questions never appear in training."""
 

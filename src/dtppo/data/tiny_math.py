@@ -27,13 +27,16 @@ SUB_PHRASES = ["gives away {n}", "loses {n}", "sells {n}", "drops {n}", "gives {
 def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False) -> Problem:
     """One problem. ``careless`` gives the planted flaw: a bare ``#### N`` with N the value before the last
     operation, which is always wrong (used only by the optional careless SFT stage)."""
+    # The hard draw is skipped when there are no hard problems, so such streams stay as they were.
+    hard = cfg.hard_fraction > 0 and rng.random() < cfg.hard_fraction
+    limit = cfg.hard_max_number if hard else cfg.max_number
     name, pronoun = rng.choice(NAMES)
     obj = rng.choice(OBJECTS)
-    start = value = rng.randint(1, cfg.max_number)
+    start = value = rng.randint(1, limit)
     clauses, lines, before_last = [], [], value
     for _ in range(rng.randint(cfg.min_ops, cfg.max_ops)):
         before_last = value
-        n = rng.randint(1, cfg.max_number)
+        n = rng.randint(1, limit)
         if value - n >= 0 and rng.random() < 0.5:
             clauses.append(rng.choice(SUB_PHRASES).format(n=n))
             lines.append(f"{value} - {n} = {value - n}")
