@@ -44,7 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dtppo import config as config_lib  # noqa: E402
-from dtppo.logging import explained_var_defined, explained_var_mean, read_metrics  # noqa: E402
+from dtppo.logging import explained_var_mean, read_metrics  # noqa: E402
+from dtppo.plot import curve  # noqa: E402
 
 DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"
@@ -156,19 +157,14 @@ def _shown(path: str) -> str:
     return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(resolved)
 
 
-def _records(log_dir: Path) -> list[dict]:
-    """A run's metrics records; none when it has not started."""
-    return read_metrics(log_dir) if (log_dir / "metrics.jsonl").is_file() else []
-
-
 def execute(run: dict, reuse: bool, show_output: bool) -> list[dict]:
     """Run one arm and seed (unless ``reuse`` finds it finished) and return its metrics records."""
     log_dir = REPO / run["log_dir"]
-    records = _records(log_dir) if reuse else []
+    records = read_metrics(log_dir, missing_ok=True) if reuse else []
     if not any(r["step"] == run["steps"] for r in records):
         subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO, check=True,
                        stdout=None if show_output else subprocess.DEVNULL)
-        records = _records(log_dir)
+        records = read_metrics(log_dir)
     return records
 
 
@@ -222,14 +218,13 @@ def plot_arms(results: list[dict], records: list[list[dict]], out: Path) -> Path
     for color, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], dict.fromkeys(r["arm"] for r in results)):
         runs = [run_records for r, run_records in zip(results, records) if r["arm"] == arm]
         for ax, (key, title) in zip(axes, panels):
-            curves = [{r["step"]: r[key] if key != panels[1][0] or explained_var_defined(r) else math.nan
-                       for r in records if key in r} for records in runs]
-            steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+            curves = [dict(curve(records, key)) for records in runs]
+            steps = sorted(set().union(*curves))
             if not steps:
                 continue
-            for curve in curves:
-                ax.plot(steps, [curve[s] for s in steps], color=color, alpha=0.25, linewidth=0.8)
-            means = [_nanmean([c[s] for c in curves]) for s in steps]
+            for points in curves:
+                ax.plot(steps, [points.get(s, math.nan) for s in steps], color=color, alpha=0.25, linewidth=0.8)
+            means = [_nanmean([c.get(s, math.nan) for c in curves]) for s in steps]
             ax.plot(steps, means, color=color, linewidth=2, label=f"{arm} (mean of {len(curves)})")
             ax.set_title(title)
             ax.set_xlabel("PPO step")

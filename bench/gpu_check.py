@@ -217,7 +217,7 @@ def run_dtppo(overrides: list[str], log_dir: Path, cuda: bool,
                            *overrides, f"logger.log_dir={log_dir}"], env=env, capture_output=True, text=True,
                           timeout=timeout)
     seconds = time.perf_counter() - start
-    records = read_metrics(log_dir) if (log_dir / "metrics.jsonl").is_file() else []
+    records = read_metrics(log_dir, missing_ok=True)
     return proc, records, seconds
 
 

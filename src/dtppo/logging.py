@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dtppo.algorithms.losses import EV_MIN_RETURNS_VAR
 from dtppo.faults import InputError
 
 if TYPE_CHECKING:
@@ -113,10 +114,6 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
-# Var(R) at or below this is the clamp of algorithms.losses.explained_var_from_moments: EV is not defined there.
-CONSTANT_RETURNS_VAR = 1e-8
-
-
 def explained_var_defined(record: dict) -> bool:
     """Whether a step's ``train/critic/explained_var`` means anything.
 
@@ -125,7 +122,7 @@ def explained_var_defined(record: dict) -> bool:
     Such a step has ``train/critic/returns_var`` ≤ 1e-8; a log written before that metric existed counts as defined.
     """
     return "train/critic/explained_var" in record and \
-        record.get("train/critic/returns_var", math.inf) > CONSTANT_RETURNS_VAR
+        record.get("train/critic/returns_var", math.inf) > EV_MIN_RETURNS_VAR
 
 
 def explained_var_mean(records: list[dict], after_step: float) -> tuple[float | None, int]:
@@ -136,9 +133,11 @@ def explained_var_mean(records: list[dict], after_step: float) -> tuple[float | 
     return (sum(defined) / len(defined) if defined else None), len(steps) - len(defined)
 
 
-def read_metrics(log_dir: str | Path) -> list[dict]:
-    """All records of ``<log_dir>/metrics.jsonl``."""
+def read_metrics(log_dir: str | Path, missing_ok: bool = False) -> list[dict]:
+    """All records of ``<log_dir>/metrics.jsonl``; ``missing_ok``: none (not an error) when a run has not started."""
     path = Path(log_dir) / "metrics.jsonl"
     if not path.is_file():
+        if missing_ok:
+            return []
         raise InputError(f"{log_dir}: no metrics.jsonl (not a dtppo log directory)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

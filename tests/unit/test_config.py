@@ -131,7 +131,6 @@ def test_batches_that_do_not_split_among_ranks_name_the_key(overrides, key):
         config_lib.load("recipes/tiny-math-cpu.yaml", overrides)
 
 
-
 def test_the_mixed_recipe_puts_half_the_problems_out_of_reach():
     cfg = config_lib.load("recipes/tiny-math-mixed-cpu.yaml")  # issue 12's critic task
     assert cfg.data.tiny_math.hard_fraction == 0.5 and cfg.data.tiny_math.hard_max_number == 999

@@ -87,13 +87,17 @@ def value_loss(
     return loss, {"vf_clipfrac_sum": masked_sum(clipped, mask).detach()}
 
 
+# Var(R) is clamped here: a batch whose returns are all equal has no variance to explain.
+EV_MIN_RETURNS_VAR = 1e-8
+
+
 def explained_var_from_moments(
     mean_r: torch.Tensor, mean_r2: torch.Tensor, mean_res: torch.Tensor, mean_res2: torch.Tensor
 ) -> torch.Tensor:
     """``EV = 1 − Var(R − V) / max(Var(R), 1e-8)`` from first and second moments of R and R − V."""
     var_r = mean_r2 - mean_r**2
     var_res = mean_res2 - mean_res**2
-    return 1.0 - var_res / var_r.clamp(min=1e-8)
+    return 1.0 - var_res / var_r.clamp(min=EV_MIN_RETURNS_VAR)
 
 
 def explained_var(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
