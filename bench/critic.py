@@ -7,14 +7,17 @@
 
 Options: ``--recipe`` (default the demo) and ``--set k=v ...`` (overrides for every arm: the recipe of issue 12's
 item 2), ``--steps``, ``--group-size`` (GRPO's samples per prompt), ``--reuse`` (keep finished runs),
-``--dry-run`` (validate every arm's config and print the commands, run nothing), ``--small`` (2 steps at toy
+``--arms A ...`` (only these arms), ``--dry-run`` (validate every arm's config and print the commands, run nothing), ``--small`` (2 steps at toy
 sizes with their own SFT model: a smoke test of the runner, not a result), ``--plot`` (every run's curves
 overlaid in docs/img/critic_<table>.png), ``--out DIR`` (the runs, the JSON and the plot go to DIR instead) and
 ``--show-output`` (each run's own progress and results table; ``make demo`` uses it), ``--tag NAME`` (a second
 recipe's tables: runs under runs/critic/NAME/, files named critic_<table>_NAME.json and .png, so they neither
-reuse nor overwrite another recipe's).
+reuse nor overwrite another recipe's), ``--sft-seeds S ...`` (one SFT model per seed, each arm and PPO seed run from
+every one: the SFT model becomes the unit of replication) and ``--expect FILE`` (each run against its arm's expected
+range, written by bench/expected_range.py; ``make demo`` uses it).
 
-Every arm of a table starts from the same SFT model and differs only in its arm overrides and ``ppo.seed``.
+Every arm of a table starts from the same SFT model and differs only in its arm overrides and ``ppo.seed``; with
+``--sft-seeds``, from each of the SFT models in turn.
 GRPO at equal samples: ``num_prompts_per_step / G`` prompts x G samples against the critic arm's
 ``num_prompts_per_step`` x 1, the same number of steps, no critic warmup (GRPO has no critic to warm up); at equal
 wall time: each run's last validation accuracy within the faster arm's training time, steps x median step
@@ -26,7 +29,8 @@ Per seed: validation accuracy at the start, best and final; the critic's explain
 half of its steps; the decision-token advantage, mean over the policy-training steps of
 ``train/advantages/first_token_abs_mean`` (|A| at the first response token, where unshifted values see the
 action); training and validation seconds (for equal wall time). Per arm: mean and 95 % confidence interval
-(Student t over seeds). Writes ``bench/results/critic_<table>.json`` (``--small``: under runs/critic/small/)
+(Student t over the units: SFT models, each the mean of its PPO seeds, when there are several, else PPO seeds);
+with two arms also the paired difference, unit by unit, with its interval. Writes ``bench/results/critic_<table>.json`` (``--small``: under runs/critic/small/)
 with every command and per-seed result, and prints the table.
 """
 
@@ -139,15 +143,22 @@ def plan(args: argparse.Namespace) -> tuple[list[dict], Path]:
         common.append(f"ppo.max_num_steps={args.steps}")
     base = config_lib.load(args.recipe, common)
     runs = []
-    for arm, extra in arm_overrides(args.table, base, args.group_size).items():
-        for seed in args.seeds:
-            log_dir = root / args.table / f"{arm}_seed{seed}"
-            overrides = [*common, *extra, f"ppo.seed={seed}", f"logger.log_dir={log_dir}"]
-            cfg = config_lib.load(args.recipe, overrides)  # a bad arm fails here, before any run starts
-            command = ["python", "-m", "dtppo", "ppo", _shown(args.recipe), *overrides]
-            runs.append({"arm": arm, "seed": seed, "log_dir": str(log_dir), "command": " ".join(command),
-                         "argv": command, "steps": cfg.ppo.max_num_steps,
-                         "policy_start_step": cfg.ppo.policy_training_start_step})
+    for sft_seed in args.sft_seeds or [None]:
+        # Without --sft-seeds every run starts from the recipe's SFT model; with them, each SFT seed trains its own
+        # model under the table's folder and its runs' names carry the SFT seed.
+        sft = [] if sft_seed is None else [f"sft.seed={sft_seed}", f"sft.output_dir={root / 'sft' / f'seed{sft_seed}'}"]
+        tag = "" if sft_seed is None else f"_sft{sft_seed}"
+        for arm, extra in arm_overrides(args.table, base, args.group_size).items():
+            if args.arms and arm not in args.arms:
+                continue
+            for seed in args.seeds:
+                log_dir = root / args.table / f"{arm}{tag}_seed{seed}"
+                overrides = [*common, *sft, *extra, f"ppo.seed={seed}", f"logger.log_dir={log_dir}"]
+                cfg = config_lib.load(args.recipe, overrides)  # a bad arm fails here, before any run starts
+                command = ["python", "-m", "dtppo", "ppo", _shown(args.recipe), *overrides]
+                runs.append({"arm": arm, "sft_seed": cfg.sft.seed, "seed": seed, "log_dir": str(log_dir),
+                             "sft_dir": cfg.sft.output_dir, "command": " ".join(command), "argv": command,
+                             "steps": cfg.ppo.max_num_steps, "policy_start_step": cfg.ppo.policy_training_start_step})
     return runs, root
 
 
@@ -158,33 +169,63 @@ def _shown(path: str) -> str:
 
 
 def execute(run: dict, reuse: bool, show_output: bool) -> list[dict]:
-    """Run one arm and seed (unless ``reuse`` finds it finished) and return its metrics records."""
+    """Run one arm and seed (unless ``reuse`` finds it finished) and return its metrics records. A run that fails
+    has printed its one line (e.g. an SFT model below its floor): stop with its exit code, no traceback."""
     log_dir = REPO / run["log_dir"]
     records = read_metrics(log_dir, missing_ok=True) if reuse else []
     if not any(r["step"] == run["steps"] for r in records):
-        subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO, check=True,
-                       stdout=None if show_output else subprocess.DEVNULL)
+        proc = subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO,
+                              stdout=None if show_output else subprocess.DEVNULL)
+        if proc.returncode:
+            print(f"critic.py: stopped: {run['arm']} seed {run['seed']} exited {proc.returncode}", file=sys.stderr)
+            raise SystemExit(proc.returncode)
         records = read_metrics(log_dir)
     return records
 
 
+def sft_figures(sft_dir: str) -> dict:
+    """The SFT model's accuracies (clean and after the careless stage) and steps, as it saved them."""
+    path = REPO / sft_dir / "sft_results.json"
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    return {"sft_accuracy": saved.get("sft/accuracy"), "sft_steps": saved.get("sft/steps"),
+            "sft_accuracy_after_careless_stage": saved.get("sft/accuracy_after_careless_stage")}
+
+
+def unit_values(results: list[dict], arm: str, metric: str) -> dict[int, float] | None:
+    """One value per SFT model (the unit of replication): the mean over its PPO seeds of ``metric`` in ``arm``;
+    None when a run lacks the metric. With one SFT model, the units are the PPO seeds (keyed by seed)."""
+    runs = [r for r in results if r["arm"] == arm]
+    if any(r["result"][metric] is None for r in runs):
+        return None
+    if len({r.get("sft_seed") for r in runs}) == 1:
+        return {r.get("seed", i): r["result"][metric] for i, r in enumerate(runs)}
+    by_model: dict[int, list[float]] = {}
+    for r in runs:
+        by_model.setdefault(r["sft_seed"], []).append(r["result"][metric])
+    return {model: statistics.fmean(values) for model, values in by_model.items()}
+
+
 def compare(results: list[dict]) -> dict:
-    """Per arm and metric: mean and 95 % CI over seeds; with two arms, whether their intervals overlap."""
+    """Per arm and metric: mean and 95 % CI over the units (SFT models when several, else PPO seeds); with two arms,
+    whether their intervals overlap and the paired difference (first arm minus second, unit by unit) with its CI."""
     arms = list(dict.fromkeys(r["arm"] for r in results))
-    summary = {arm: {m: mean_ci95([r["result"][m] for r in results if r["arm"] == arm])
-                     for m in METRICS if all(r["result"][m] is not None for r in results if r["arm"] == arm)}
-               for arm in arms}
+    units = {arm: {m: v for m in METRICS if (v := unit_values(results, arm, m)) is not None} for arm in arms}
+    summary = {arm: {m: mean_ci95(list(v.values())) for m, v in units[arm].items()} for arm in arms}
     if len(arms) == 2:
         a, b = (summary[arm] for arm in arms)
         summary["intervals_overlap"] = {
             m: a[m]["ci95_low"] <= b[m]["ci95_high"] and b[m]["ci95_low"] <= a[m]["ci95_high"]
             for m in METRICS if m in a and m in b and a[m]["ci95_low"] is not None and b[m]["ci95_low"] is not None}
+        first, second = (units[arm] for arm in arms)
+        summary["paired_difference"] = {
+            m: mean_ci95([first[m][k] - second[m][k] for k in first[m]])
+            for m in METRICS if m in first and m in second and first[m].keys() == second[m].keys()}
     return summary
 
 
 def print_table(summary: dict) -> None:
     """One row per metric, one column per arm: mean [95 % CI]; with two arms, whether the intervals overlap."""
-    arms = [arm for arm in summary if arm != "intervals_overlap"]
+    arms = [arm for arm in summary if arm not in ("intervals_overlap", "paired_difference", "sft_models")]
     overlap = summary.get("intervals_overlap", {})
     n = {arm: max((s["n"] for s in summary[arm].values()), default=0) for arm in arms}
     print(f"\n{'metric':<30}" + "".join(f"{f'{arm} (n={n[arm]})':>28}" for arm in arms)
@@ -197,6 +238,34 @@ def print_table(summary: dict) -> None:
             cells.append("-" if s is None else f"{s['mean']:.3f}{ci}")
         flag = {True: "yes", False: "no"}.get(overlap.get(metric), "")
         print(f"{metric:<30}" + "".join(f"{c:>28}" for c in cells) + (f"  {flag:>12}" if overlap else ""))
+    paired = {m: s for m, s in summary.get("paired_difference", {}).items() if s["ci95_low"] is not None}
+    if paired:
+        print(f"\n{f'{arms[0]} - {arms[1]}, paired by unit':<30}{'mean [95 % CI]':>28}  CI excludes 0")
+        for metric, s in paired.items():
+            excludes = "yes" if s["ci95_low"] > 0 or s["ci95_high"] < 0 else "no"
+            cell = f"{s['mean']:+.3f} [{s['ci95_low']:+.3f}, {s['ci95_high']:+.3f}]"
+            print(f"{metric:<30}{cell:>28}  {excludes:>13}")
+
+
+EXPECTED_METRICS = ["accuracy_best", "accuracy_final", "decision_token_advantage"]
+
+
+def expected_check(value: float, low: float, high: float) -> str:
+    """``inside`` or ``OUTSIDE`` the closed range."""
+    return "inside" if low <= value <= high else "OUTSIDE"
+
+
+def print_expected(results: list[dict], expected: dict) -> None:
+    """Each run's figures against its arm's expected range (bench/expected_range.py wrote ``expected``)."""
+    print(f"\nexpected on 2 CPU cores ({expected['source']}):")
+    for r in results:
+        ranges = expected["arms"].get(r["arm"], {})
+        for metric in EXPECTED_METRICS:
+            if metric in ranges and r["result"].get(metric) is not None:
+                low, high = ranges[metric]
+                value = r["result"][metric]
+                print(f"  {r['arm']:<8} {metric:<26} {value:.3f}  expected [{low:.3f}, {high:.3f}]: "
+                      f"{expected_check(value, low, high)}")
 
 
 def _nanmean(values: list[float]) -> float:
@@ -254,6 +323,11 @@ def main() -> None:
     parser.add_argument("--out", help="a folder for the JSON and the plot (default bench/results/ and docs/img/)")
     parser.add_argument("--show-output", action="store_true", help="show each run's own output (progress, table)")
     parser.add_argument("--tag", help="name a second recipe's runs and files (runs/critic/TAG, critic_<table>_TAG)")
+    parser.add_argument("--sft-seeds", type=int, nargs="+",
+                        help="train one SFT model per seed (sft.seed) and run every arm and seed from each")
+    parser.add_argument("--arms", nargs="+", help="run only these arms of the table (e.g. shift)")
+    parser.add_argument("--expect", help="a JSON of expected ranges (bench/expected_range.py): say whether each "
+                                         "run falls inside its arm's range")
     args = parser.parse_args()
     args.seeds = args.seeds or DEFAULT_SEEDS[args.table]
     runs, root = plan(args)
@@ -265,7 +339,7 @@ def main() -> None:
     for run in runs:
         records.append(execute(run, args.reuse, args.show_output))
         result = summarise(records[-1], run["policy_start_step"])
-        results.append({k: v for k, v in run.items() if k != "argv"} | {"result": result})
+        results.append({k: v for k, v in run.items() if k != "argv"} | sft_figures(run["sft_dir"]) | {"result": result})
         ev = result["explained_var_last_half_mean"]
         print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
               f"best {result['accuracy_best']:.3f}"
@@ -276,7 +350,12 @@ def main() -> None:
         for r, run_records in zip(results, records):
             r["result"]["accuracy_at_equal_time"] = accuracy_within(run_records, budget)
     summary = compare(results)
+    summary["sft_models"] = {key: mean_ci95(values) for key in ("sft_accuracy", "sft_accuracy_after_careless_stage")
+                             if (values := [v for v in {r["sft_seed"]: r[key] for r in results}.values()
+                                            if v is not None])}
     print_table(summary)
+    if args.expect:
+        print_expected(results, json.loads(Path(args.expect).read_text()))
     name = f"{args.table}_{args.tag}" if args.tag else args.table
     if args.plot:
         image_dir = REPO / args.out if args.out else REPO / "docs" / "img"

@@ -1,6 +1,7 @@
 """``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes and unusable inputs (data, checkpoint or
 model directories, log directories) exit 2 with one line naming the key or path; a run stopped by non-finite
-numbers exits 3 and one stopped by a checkpoint fault exits 4, each with one line. ``DTPPO_DEBUG=1`` adds the
+numbers exits 3, one stopped by a checkpoint fault exits 4 and an SFT model below its recipe's floor
+(``sft.min_accuracy``) exits 5, each with one line. ``DTPPO_DEBUG=1`` adds the
 traceback above that line."""
 
 from __future__ import annotations
@@ -42,15 +43,17 @@ def _load(args: argparse.Namespace) -> config_lib.Config:
 
 
 def cmd_sft(args: argparse.Namespace) -> None:
-    from dtppo.sft import run_sft
+    from dtppo.sft import check_floor, run_sft
 
-    results = run_sft(_load(args))
+    cfg = _load(args)
+    results = run_sft(cfg)
     print(_table("SFT", results))
+    check_floor(results, cfg)
 
 
 def cmd_ppo(args: argparse.Namespace) -> None:
     from dtppo.distributed.launch import under_torchrun
-    from dtppo.sft import run_sft, sft_is_done
+    from dtppo.sft import check_floor, run_sft, saved_results, sft_is_done
 
     cfg = _load(args)
     sft_results = {}
@@ -59,6 +62,9 @@ def cmd_ppo(args: argparse.Namespace) -> None:
             raise InputError(f"sft.output_dir: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
         print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
         sft_results = run_sft(cfg)
+    elif cfg.ppo.init_from_sft:
+        sft_results = saved_results(cfg)
+    check_floor(sft_results, cfg)
     launcher = _launcher(cfg)
     try:
         launcher.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)

@@ -52,6 +52,12 @@ class CheckpointError(RunStopped):
     exit_code = 4
 
 
+class BelowFloorError(RunStopped):
+    """A model PPO would start from is below the accuracy its recipe states as the floor (``sft.min_accuracy``)."""
+
+    exit_code = 5
+
+
 def nonfinite_injected(model: str, optimizer_step: int) -> bool:
     """True when ``DTPPO_TEST_NONFINITE`` lists ``optimizer_step`` for ``model`` ("policy" / "value")."""
     spec = os.environ.get(NONFINITE_ENV, "").strip()

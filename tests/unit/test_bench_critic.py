@@ -85,10 +85,43 @@ def test_a_tag_keeps_a_second_recipes_runs_apart():
     import argparse
 
     args = argparse.Namespace(table="alignment", seeds=[3], recipe=str(critic.DEMO), set=[], steps=None,
-                              group_size=4, small=False, out=None, tag=None)
+                              group_size=4, small=False, out=None, tag=None, sft_seeds=None, arms=None)
     untagged, _ = critic.plan(args)
     tagged, root = critic.plan(argparse.Namespace(**{**vars(args), "tag": "mixed"}))
     assert root == critic.RUNS / "mixed"
     assert [r["log_dir"] for r in tagged] == [str(critic.RUNS / "mixed" / "alignment" / f"{arm}_seed3")
                                               for arm in ("shift", "noshift")]
     assert not {r["log_dir"] for r in tagged} & {r["log_dir"] for r in untagged}  # --reuse never mixes them
+
+
+def test_several_sft_models_are_the_units_and_the_paired_difference_is_unit_by_unit():
+    def run(arm, sft_seed, seed, acc):
+        result = {m: 0.0 for m in critic.METRICS} | {"accuracy_best": acc}
+        return {"arm": arm, "sft_seed": sft_seed, "seed": seed, "result": result}
+
+    # SFT model 0: shift 0.6/0.8 (mean 0.7), noshift 0.3/0.5 (0.4); model 1: shift 0.5 (0.4/0.6), noshift 0.5/0.5;
+    # model 2: shift 0.9/0.9, noshift 0.6/0.6
+    cells = {0: ([0.6, 0.8], [0.3, 0.5]), 1: ([0.4, 0.6], [0.5, 0.5]), 2: ([0.9, 0.9], [0.6, 0.6])}
+    results = [run(arm, model, seed, accs[seed]) for model, pair in cells.items()
+               for arm, accs in zip(("shift", "noshift"), pair) for seed in (0, 1)]
+    assert critic.unit_values(results, "shift", "accuracy_best") == pytest.approx({0: 0.7, 1: 0.5, 2: 0.9})
+    summary = critic.compare(results)
+    assert summary["shift"]["accuracy_best"]["n"] == 3  # SFT models, not the 6 runs
+    assert summary["shift"]["accuracy_best"]["mean"] == pytest.approx(0.7)
+    diffs = [0.3, 0.0, 0.3]
+    assert summary["paired_difference"]["accuracy_best"] == pytest.approx(critic.mean_ci95(diffs))
+
+
+def test_sft_seeds_give_each_model_its_own_directory_and_run_names(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(table="alignment", seeds=[0, 1], recipe=str(critic.DEMO), set=[], steps=None,
+                              group_size=4, small=False, out=str(tmp_path), tag=None, sft_seeds=[3, 4], arms=None)
+    runs, _ = critic.plan(args)
+    assert len(runs) == 8
+    assert {(r["sft_seed"], r["sft_dir"]) for r in runs} == {(3, str(tmp_path / "sft" / "seed3")),
+                                                             (4, str(tmp_path / "sft" / "seed4"))}
+    assert str(tmp_path / "alignment" / "noshift_sft4_seed1") in {r["log_dir"] for r in runs}
+    assert all("sft.seed=" in r["command"] for r in runs)
+    shift_only, _ = critic.plan(argparse.Namespace(**{**vars(args), "arms": ["shift"]}))
+    assert {r["arm"] for r in shift_only} == {"shift"} and len(shift_only) == 4

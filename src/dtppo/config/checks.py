@@ -148,6 +148,11 @@ def _check_schedules_and_sft(cfg: Config) -> None:
     sft, careless = cfg.sft, cfg.sft.careless_stage
     _require(sft.num_steps >= 0, "sft.num_steps", f"must be >= 0, got {sft.num_steps}")
     _require(sft.log_period >= 1, "sft.log_period", f"must be >= 1, got {sft.log_period}")
+    _require(sft.val_period >= 0, "sft.val_period", f"must be >= 0, got {sft.val_period}")
+    _require(sft.patience >= 0, "sft.patience", f"must be >= 0, got {sft.patience}")
+    _require(sft.patience == 0 or sft.val_period > 0, "sft.patience", "needs sft.val_period > 0")
+    _require(0.0 <= sft.min_improvement <= 1.0, "sft.min_improvement", "must be in [0, 1]")
+    _require(0.0 <= sft.min_accuracy <= 1.0, "sft.min_accuracy", "must be in [0, 1]")
     _require(sft.max_grad_norm > 0.0, "sft.max_grad_norm", "must be > 0")
     _require(careless.num_steps >= 0, "sft.careless_stage.num_steps", f"must be >= 0, got {careless.num_steps}")
     _require(0.0 < careless.lr < math.inf, "sft.careless_stage.lr", f"must be finite and > 0, got {careless.lr}")

@@ -306,9 +306,23 @@ class SFTConfig:
     """Supervised fine-tuning: the checkpoint PPO starts from."""
 
     output_dir: str = "runs/sft"
-    """An HF directory (model + tokenizer)."""
+    """An HF directory (model + tokenizer), with ``sft_results.json`` (its accuracies) beside the weights."""
+    seed: int = 0
+    """Seeds the model's initialisation and the data order. Independent of ``ppo.seed``, so PPO seeds can share one
+    SFT model and SFT models can be varied on their own (docs/learning.md)."""
     num_steps: int = 500
-    """Optimizer steps."""
+    """Optimizer steps of the main stage: the cap when ``patience`` stops it earlier."""
+    val_period: int = 0
+    """Greedy validation accuracy every N steps of the main stage (and always at its end); 0 = at its end only."""
+    patience: int = 0
+    """Stop the main stage once this many validations in a row improved on the best by less than
+    ``min_improvement`` (its plateau), counted once the best has reached ``min_accuracy``; 0 = always train
+    ``num_steps``. Needs ``val_period``."""
+    min_improvement: float = 0.01
+    """The accuracy gain over the best so far that counts as an improvement for ``patience``."""
+    min_accuracy: float = 0.0
+    """The floor: a main stage that ends below this greedy validation accuracy stops the run (exit 5) before PPO
+    starts from it, both when SFT runs and when ``dtppo ppo`` reuses ``output_dir``."""
     batch_size: int = 32
     """Examples per optimizer step."""
     optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
