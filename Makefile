@@ -22,11 +22,13 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-# The demo (README): SFT on the critic recipe's task, then PPO twice from that model, the critic's values aligned
-# to the state before each token (dtppo's default) and not (value.shift_values=false); one seed per arm, then a
-# table side by side. docs/learning.md has the 10-seed result.
+# The demo (README): SFT on the critic recipe's task to its plateau, then PPO twice from that model, the critic's
+# values aligned to the state before each token (dtppo's default) and not (value.shift_values=false); one seed per
+# arm, a table side by side, and each arm against the range measured over SFT models and both CPU kernel sets
+# (bench/results/demo_expected.json, docs/learning.md "Issue 19").
 demo: $(STAMP)
-	$(PY) bench/critic.py alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo --show-output --plot
+	$(PY) bench/critic.py alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo --show-output --plot \
+		--expect bench/results/demo_expected.json
 
 # `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 15 minutes on 2 cores;
 # `make test-all` runs every test.

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 CONSOLE_KEYS = [
     ("sft/loss", "loss"),
     ("sft/accuracy", "sft_acc"),
+    ("sft/validation_accuracy", "val_acc"),
     ("train/reward", "reward"),
     ("validation/accuracy", "val_acc"),
     ("train/critic/explained_var", "EV"),

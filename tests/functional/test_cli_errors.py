@@ -88,3 +88,21 @@ def test_dtppo_debug_adds_the_traceback(workdir, case, args, fragment):
 
 def test_the_sweep_is_broad():
     assert len(CASES) >= 10 and {a[0] for _, a, _, _ in CASES} == {"sft", "ppo", "eval", "export", "plot"}
+
+
+def test_ppo_refuses_an_sft_model_below_its_recipes_floor_in_one_line(workdir):
+    # A reused SFT directory whose saved results are below the demo recipe's floor: exit 5 before any rank starts
+    # or any model loads (the directory holds no weights, so getting further would fail differently).
+    sft = workdir / "weak-sft"
+    sft.mkdir()
+    (sft / "config.json").write_text("{}")
+    (sft / "sft_results.json").write_text(json.dumps({"sft/accuracy": 0.176, "sft/steps": 400.0}))
+    demo = str(Path(TINY).with_name("tiny-math-critic-cpu.yaml"))
+    proc = _dtppo(["ppo", demo, f"sft.output_dir={sft}"], workdir, debug=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 5, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("dtppo: ") and "17.6 %" in lines[0] and "90.0 %" in lines[0], lines
+    assert "Traceback" not in proc.stdout + proc.stderr
+    control = _dtppo(["ppo", demo, f"sft.output_dir={sft}", "sft.min_accuracy=0.1", "ppo.max_num_steps=1"], workdir,
+                     debug=False)
+    assert control.returncode != 5 and "sft.min_accuracy" not in control.stderr  # a lower floor lets it go on
