@@ -63,7 +63,7 @@ WARMUP_ARMS = {"base": [], "lr3e-4": ["value.optimizer.lr=3e-4"], "lr3e-3": ["va
 SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8", "ppo.max_val_samples=16",
          "ppo.val_batch_size=16", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
          "value.train_global_batch_size=8", "value.train_micro_batch_size=8", "sft.num_steps=20",
-         "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2",
+         "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2", "sft.min_accuracy=0",
          f"sft.output_dir={RUNS / 'small' / 'sft'}", "reward.num_workers=0"]
 METRICS = ["accuracy_start", "accuracy_best", "accuracy_final", "gain_best", "gain_final",
            "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "step_seconds_median",

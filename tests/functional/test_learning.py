@@ -1,11 +1,12 @@
 """The tiny recipe's PPO must lift validation accuracy well above its starting point, and its critic must learn.
 
-Setting (measured first, see docs/learning.md): the tiny-math task narrowed to one operation on numbers up to
-10, 450 clean SFT steps (~65% greedy accuracy), then the 40-step careless stage that plants bare wrong
-`#### N` answers (accuracy falls to ~3%). PPO removes the shortcut within ~5 steps.
-Measured (validation accuracy at steps 0/5/10/15/20): seed 0: .027/.512/.488/.488/.566; seed 1:
-.027/.453/.457/.492/.484; policy-loss sign flipped: .027/.039/.027/.035/.023. The threshold, a 25-point lift
-of the mean of steps 15 and 20 over step 0, passes both seeds by ~20 points and fails the flipped sign.
+Setting (docs/learning.md): the tiny-math task narrowed to one operation on numbers up to 10, SFT to its plateau
+(SFT_TO_PLATEAU), then the 40-step careless stage that plants bare wrong `#### N` answers. PPO removes the
+shortcut within ~5 steps. Measured with the plateau SFT (issue 19), validation accuracy at PPO steps 0/5/10/15/20:
+AVX2 kernels: SFT 98.4 % -> 17.2 % after the careless stage, then .172/.754/.895/.965/.977; AVX-512 kernels: SFT
+99.2 % -> 2.0 %, then .020/.914/... The gates (a >30-point drop from the careless stage, a 15-point lift of the
+mean of steps 15 and 20 over step 0) pass on both by ~50 points. The flipped-policy-loss control (accuracy falls)
+was measured with the earlier 450-step SFT (docs/learning.md).
 
 The critic's gate and its negative control: see EV_GATE.
 """
@@ -36,7 +37,7 @@ def learning_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("learning")
     run_cli(["ppo", TINY, *EASY, *SFT_TO_PLATEAU, "sft.careless_stage.num_steps=40", "sft.output_dir=sft",
              "ppo.max_num_steps=20", "ppo.val_period=5", "logger.log_dir=ppo"],
-            cwd, timeout=1800)  # SFT + PPO: minutes when idle, far longer on a shared machine
+            cwd, timeout=3600)  # SFT + PPO: ~4 min when idle; 28 min of SFT alone was measured on a loaded machine
     return cwd
 
 
@@ -48,16 +49,16 @@ def last_half_explained_var(records: list[dict]) -> float:
 
 def test_ppo_recovers_accuracy_from_the_planted_shortcut(learning_run):
     sft = read_jsonl(learning_run / "sft_logs" / "metrics.jsonl")[-1]
-    assert sft["sft/accuracy"] > 0.4  # clean SFT learned the task
-    # The shortcut is planted: the careless stage removes most of it. Stated as a drop, not a level: float
-    # results differ between AVX2 and AVX-512 kernels and 450 SFT steps amplify that (65 % -> 3 % on one machine,
-    # 84.8 % -> 22.3 % on an AVX2-only one, docs/learning.md).
+    assert sft["sft/accuracy"] >= 0.8  # clean SFT reached the floor of its plateau rule (else the run exits 5)
+    # The shortcut is planted: the careless stage removes most of it. Stated as a drop, not a level: the careless
+    # stage's end differs between kernel sets even from converged models (98.4 % -> 17.2 % on AVX2 kernels, 99.2 % ->
+    # 2.0 % on AVX-512 ones).
     assert sft["sft/accuracy"] - sft["sft/accuracy_after_careless_stage"] > 0.3
     val = {r["step"]: r["validation/accuracy"] for r in read_jsonl(learning_run / "ppo" / "metrics.jsonl")
            if "validation/accuracy" in r}
     start, late = val[0], (val[15] + val[20]) / 2
-    # +15 points is ~5 standard errors on 256 problems. Measured gains: about +47 (AVX-512 machine), +45 and +22.6
-    # (AVX2-only, 1 and 2 threads: 21.1 % -> 42.6 / 43.8 % at steps 15 / 20); a flipped policy loss loses accuracy.
+    # +15 points is ~5 standard errors on 256 problems. Measured gains with the plateau SFT: +80 points on AVX2
+    # kernels (module docstring); with the earlier 450-step SFT +22.6 to +47, and a flipped policy loss lost accuracy.
     assert late - start > 0.15, val
 
 

@@ -125,3 +125,41 @@ def test_sft_seeds_give_each_model_its_own_directory_and_run_names(tmp_path):
     assert all("sft.seed=" in r["command"] for r in runs)
     shift_only, _ = critic.plan(argparse.Namespace(**{**vars(args), "arms": ["shift"]}))
     assert {r["arm"] for r in shift_only} == {"shift"} and len(shift_only) == 4
+
+
+def _load_bench(name):
+    import sys
+
+    sys.path.insert(0, str(_BENCH))
+    spec = importlib.util.spec_from_file_location(name, _BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_range_is_a_prediction_interval_clipped_to_the_metric():
+    ranges = _load_bench("expected_range")
+    values = [0.5, 0.6, 0.7, 0.8]  # mean 0.65, sd 0.1291
+    half = 3.182 * statistics.stdev(values) * math.sqrt(1 + 1 / 4)
+    assert ranges.prediction_interval(values, (0.0, 2.0)) == pytest.approx((0.65 - half, 0.65 + half))
+    assert ranges.prediction_interval(values, (0.0, 1.0)) == pytest.approx((0.65 - half, 1.0))
+    assert ranges.prediction_interval([0.9, 1.0, 0.95], (0.0, 1.0))[1] == 1.0  # clipped at 100 %
+    with pytest.raises(ValueError):
+        ranges.prediction_interval([0.5], (0.0, 1.0))
+    table = {"runs": [{"arm": "shift", "result": {"accuracy_best": v, "accuracy_final": v,
+                                                  "decision_token_advantage": None}} for v in values]}
+    out = ranges.expected_ranges([table])
+    assert out["arms"]["shift"]["accuracy_best"] == pytest.approx([0.65 - half, min(1.0, 0.65 + half)])
+    assert "decision_token_advantage" not in out["arms"]["shift"]  # no run had it
+    assert out["observed"]["shift"]["accuracy_best"] == {"n": 4, "min": 0.5, "max": 0.8, "mean": pytest.approx(0.65)}
+
+
+def test_the_demo_says_when_a_run_is_outside_its_range(capsys):
+    assert critic.expected_check(0.5, 0.4, 0.6) == "inside" and critic.expected_check(0.4, 0.4, 0.6) == "inside"
+    assert critic.expected_check(0.39, 0.4, 0.6) == "OUTSIDE"
+    expected = {"source": "test", "arms": {"shift": {"accuracy_best": [0.6, 0.9]}}}
+    runs = [{"arm": "shift", "result": {"accuracy_best": 0.5}}, {"arm": "noshift", "result": {"accuracy_best": 0.5}}]
+    critic.print_expected(runs, expected)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].split() == ["shift", "accuracy_best", "0.500", "expected", "[0.600,", "0.900]:", "OUTSIDE"]
+    assert len(lines) == 2  # an arm without a range is not judged
