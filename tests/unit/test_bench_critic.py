@@ -150,6 +150,10 @@ def test_the_demo_range_is_a_prediction_interval_clipped_to_the_metric():
                                                   "decision_token_advantage": None}} for v in values]}
     out = ranges.expected_ranges([table])
     assert out["arms"]["shift"]["accuracy_best"] == pytest.approx([0.65 - half, min(1.0, 0.65 + half)])
+    skewed = [1.0] * 9 + [0.3]  # one run of ten did not recover: below the normal-theory interval's low end
+    table = {"runs": [{"arm": "noshift", "result": {"accuracy_best": v}} for v in skewed]}
+    assert ranges.prediction_interval(skewed, (0.0, 1.0))[0] > 0.3
+    assert ranges.expected_ranges([table])["arms"]["noshift"]["accuracy_best"] == [0.3, 1.0]
     assert "decision_token_advantage" not in out["arms"]["shift"]  # no run had it
     assert out["observed"]["shift"]["accuracy_best"] == {"n": 4, "min": 0.5, "max": 0.8, "mean": pytest.approx(0.65)}
 
