@@ -360,13 +360,13 @@ def main() -> None:
     if args.plot:
         image_dir = REPO / args.out if args.out else REPO / "docs" / "img"
         image = plot_arms(results, records, image_dir / f"critic_{name}.png")
-        print(f"wrote {image.relative_to(REPO)}")
+        print(f"wrote {_shown(str(image))}")
     out = REPO / root / f"critic_{name}.json" if args.out or args.small else \
         REPO / "bench" / "results" / f"critic_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results,
                                "summary": summary}, indent=1))
-    print(f"wrote {out.relative_to(REPO)}")
+    print(f"wrote {_shown(str(out))}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def main() -> None:
     ranges = expected_ranges(tables)
     n = sum(len(t["runs"]) for t in tables)
     names = ", ".join(Path(path).name for path in args.tables)
-    out = {"source": f"95 % prediction interval for one run from {n} runs in {names}; docs/learning.md",
+    out = {"source": f"95 % prediction interval for one run, widened to every measured run, from {n} runs in {names}; "
+                     "docs/learning.md",
            "command": " ".join(["python", "bench/expected_range.py", *args.tables, "--out", args.out]), **ranges}
     Path(args.out).write_text(json.dumps(out, indent=1))
     for arm, metrics in ranges["arms"].items():
