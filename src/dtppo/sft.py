@@ -6,7 +6,7 @@ run must then remove (see README, "What the demo shows").
 
 The main stage can validate as it goes and stop at its plateau (``sft.val_period``, ``sft.patience``), so a recipe
 trains its model to the same place on any CPU's kernels instead of stopping mid-climb, where small numeric
-differences decide how far it got (docs/learning.md, "SFT to its plateau").
+differences decide how far it got (docs/learning.md, "Issue 19").
 """
 
 from __future__ import annotations
@@ -63,21 +63,23 @@ def nll_loss_fn(model: PreTrainedModel):
 
 
 def _train_stage(model, tokenizer, cfg: Config, engine: TrainEngine, loader: PromptLoader, num_steps: int,
-                 logger: MetricsLogger, first_step: int, plateau: "Plateau | None" = None) -> int:
+                 logger: MetricsLogger, first_step: int, plateau: Plateau | None = None) -> int:
     """Train up to ``num_steps`` steps; with a ``plateau``, validate every ``sft.val_period`` steps and stop at
     its plateau. Returns the last step trained."""
     loss_fn = nll_loss_fn(model)
     step = first_step
     for i in range(num_steps):
         batch = sft_batch(tokenizer, loader.next_batch(cfg.sft.batch_size), cfg)
-        metrics = to_floats(engine.train(batch, loss_fn, cfg.sft.batch_size, cfg.sft.batch_size))
+        trained = to_floats(engine.train(batch, loss_fn, cfg.sft.batch_size, cfg.sft.batch_size))
+        metrics = {f"sft/{k}": v for k, v in trained.items()}
         step = first_step + i + 1
         last = i == num_steps - 1
-        if plateau is not None and (last or step % plateau.period == 0):
+        validated = plateau is not None and (last or step % plateau.period == 0)
+        if validated:
             metrics["sft/validation_accuracy"] = plateau.validate(step)
             last = last or plateau.reached
-        if step % cfg.sft.log_period == 0 or last or "sft/validation_accuracy" in metrics:
-            logger.log(step, {f"sft/{k}" if not k.startswith("sft/") else k: v for k, v in metrics.items()})
+        if step % cfg.sft.log_period == 0 or last or validated:
+            logger.log(step, metrics)
         if last:
             break
     return step
