@@ -16,6 +16,7 @@ from pathlib import Path
 
 from dtppo import config as config_lib
 from dtppo.faults import CheckpointError, InputError, NonFiniteError, RunStopped
+from dtppo.rewards.spec import parse_spec
 
 DEBUG_ENV = "DTPPO_DEBUG"
 
@@ -83,14 +84,17 @@ def _absolute_paths(tree: dict) -> dict:
     Output paths always; input paths only when they exist here, so hub names like "Qwen/..." stay names."""
     tree = copy.deepcopy(tree)
     outputs = [("logger", "log_dir"), ("checkpointing", "checkpoint_dir"), ("sft", "output_dir")]
-    inputs = [("policy", "model", "path"), ("value", "model", "path"), ("data", "train", "path"),
-              ("data", "validation", "path")]
+    inputs = [("policy", "model", "path"), ("value", "model", "path"), ("reward", "model", "path"),
+              ("data", "train", "path"), ("data", "validation", "path")]
     for keys in outputs + inputs:
         *parents, leaf = keys
-        node = functools.reduce(dict.__getitem__, parents, tree)
+        node = functools.reduce(lambda section, key: section.setdefault(key, {}), parents, tree)
         value = node.get(leaf)
         if value is not None and (keys in outputs or Path(value).exists()):
             node[leaf] = str(Path(value).resolve())
+    reward = tree.setdefault("reward", {})
+    if reward.get("functions"):
+        reward["functions"] = [parse_spec(spec).absolute() for spec in reward["functions"]]
     return tree
 
 
@@ -150,13 +154,15 @@ def cmd_eval(args: argparse.Namespace) -> None:
     trainer.maybe_resume()
     if trainer.steps_done == 0:
         print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scoring the starting policy", flush=True)
-    with trainer.policy.generation():
-        result = trainer.policy.evaluate(trainer.validation_problems, trainer.steps_done)
+    result = trainer.evaluate()
     trainer.policy.close()
-    print(_table("evaluation", {"step": trainer.steps_done, "accuracy": result.accuracy,
-                                "avg_length": result.avg_length}))
-    for question, response, truth, reward in result.samples[:5]:
-        print(f"\nQ: {question}\nA: {response!r}\nexpected {truth}: reward {reward:.0f}")
+    trainer.rewarder.close()
+    figures = {"step": trainer.steps_done} | ({"accuracy": result.accuracy} if result.accuracy is not None else {})
+    figures |= {"reward": result.reward} | {f"reward/{name}": mean for name, mean in result.rewards.items()}
+    print(_table("evaluation", figures | {"avg_length": result.avg_length}))
+    for prompt, response, reference, reward in result.samples[:5]:
+        expected = f"expected {reference}: " if reference is not None else ""
+        print(f"\nQ: {prompt}\nA: {response!r}\n{expected}reward {reward:.4g}")
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -185,6 +191,7 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
 
     records = read_metrics(cfg.logger.log_dir)
     val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
+    val_reward = [(r["step"], r["validation/reward"]) for r in records if "validation/reward" in r]
     ev = [(r["step"], r["train/critic/explained_var"]) for r in records if "train/critic/explained_var" in r]
     rows = dict(sft_results)
     if val:
@@ -192,6 +199,9 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
         rows[f"validation accuracy at end (step {val[-1][0]})"] = val[-1][1]
         rows["PPO gain (points)"] = 100 * (val[-1][1] - val[0][1])
         rows["best validation accuracy"] = max(a for _, a in val)
+    if val_reward and cfg.reward.accuracy_from is None:  # a task without a verifier: its reward is the figure
+        rows["validation reward at start (step 0)"] = val_reward[0][1]
+        rows[f"validation reward at end (step {val_reward[-1][0]})"] = val_reward[-1][1]
     if ev:
         late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2)
         rows["critic explained variance, first step"] = ev[0][1]

@@ -1,26 +1,40 @@
-"""Validation: generate answers to held-out problems and score them."""
+"""Validation: generate answers to held-out problems, then score them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from dtppo.config import Config
+from dtppo.config import TASK_VERIFIERS, Config
 from dtppo.data.loader import encode_prompts
-from dtppo.data.problem import Problem
-from dtppo.rewards.scoring import score_responses
+from dtppo.data.problem import Problem, Prompt
+from dtppo.rewards.functions import reward_function
 from dtppo.rollout.sampler import SamplingParams, generate, stream_key
 from dtppo.types import Experience
 
 
 @dataclass(frozen=True)
+class Responses:
+    """The generated text of each validation problem and its length in tokens."""
+
+    texts: list[str]
+    lengths: list[int]
+
+
+@dataclass(frozen=True)
 class EvalResult:
-    accuracy: float
+    """accuracy: the verifier's mean (None for a task without one); reward: the mean total reward; rewards: each
+    reward part's mean by metric name; samples: (prompt, response, reference, total reward) per problem."""
+
+    accuracy: float | None
+    reward: float
+    rewards: dict[str, float]
     avg_length: float
-    samples: list[tuple[str, str, str, float]]  # (question, response, ground truth, reward)
+    samples: list[tuple[Prompt, str, Any, float]]
 
 
 def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience) -> list[str]:
@@ -45,22 +59,36 @@ def model_sampler(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 @torch.no_grad()
-def evaluate(sample: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
-             step: int) -> EvalResult:
-    """Accuracy and mean response length on ``problems`` (greedy when ``policy.generation.val_greedy``)."""
+def sample_responses(sample: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
+                     step: int) -> Responses:
+    """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``)."""
     gen = cfg.policy.generation
     params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=gen.val_greedy)
-    rewards, lengths, samples = [], [], []
+    texts, lengths = [], []
     for start in range(0, len(problems), cfg.ppo.val_batch_size):
         batch = problems[start : start + cfg.ppo.val_batch_size]
         prompts = encode_prompts(tokenizer, batch, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
         experience = sample(prompts, params, stream_key(cfg.ppo.seed, step, stream=1),
                             torch.arange(start, start + len(batch)))
-        texts = decode_responses(tokenizer, experience)
-        scores = score_responses(texts, [p.answer for p in batch])
-        rewards.append(scores)
-        lengths.append(experience.response_mask.sum(-1))
-        samples += [(p.question, t, p.answer, float(s)) for p, t, s in zip(batch, texts, scores)]
-    return EvalResult(
-        accuracy=float(torch.cat(rewards).mean()), avg_length=float(torch.cat(lengths).mean()), samples=samples
-    )
+        texts += decode_responses(tokenizer, experience)
+        lengths += experience.response_mask.sum(-1).tolist()
+    return Responses(texts, lengths)
+
+
+def eval_result(problems: list[Problem], responses: Responses, total: torch.Tensor, means: dict[str, float],
+                accuracy_name: str | None) -> EvalResult:
+    """The figures of a scored validation: ``total`` [B] the total reward of each response, ``means`` each part's."""
+    samples = [(p.question, t, p.answer, float(s)) for p, t, s in zip(problems, responses.texts, total)]
+    return EvalResult(accuracy=means.get(accuracy_name) if accuracy_name else None, reward=float(total.mean()),
+                      rewards=means, avg_length=sum(responses.lengths) / len(responses.lengths), samples=samples)
+
+
+def evaluate(sample: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
+             step: int) -> EvalResult:
+    """Validation scored by the task's verifier alone, in this process: SFT's, whose tasks all have one."""
+    responses = sample_responses(sample, tokenizer, problems, cfg, step)
+    name = TASK_VERIFIERS[cfg.data.task]
+    scores = reward_function(name)(prompts=[p.question for p in problems], completions=responses.texts,
+                                   answer=[p.answer for p in problems])
+    total = torch.tensor(scores, dtype=torch.float32)
+    return eval_result(problems, responses, total, {name: float(total.mean())}, name)

@@ -118,6 +118,8 @@ def run_sft(cfg: Config) -> dict[str, float]:
     results in ``sft_results.json`` there. The floor (``sft.min_accuracy``) is checked after saving, so a model
     below it stays on disk to inspect."""
     sft = cfg.sft
+    if cfg.data.task == "custom":
+        raise InputError("data.task: SFT trains on worked solutions, which data.task custom does not have")
     tokenizer = load_tokenizer(cfg.policy.model.path)
     torch.manual_seed(sft.seed)
     model = build_causal_lm(cfg.policy.model.path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,

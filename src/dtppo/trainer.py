@@ -16,12 +16,12 @@ from dtppo.algorithms.losses import explained_var
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
-from dtppo.evaluation import decode_responses
+from dtppo.evaluation import EvalResult, decode_responses, eval_result
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import mean_over, to_floats
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
-from dtppo.rewards.scoring import RewardScorer
+from dtppo.rewards.rewarder import Rewarder, check_reward_arguments
 from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.trackers import open_trackers
 from dtppo.types import Experience
@@ -66,8 +66,11 @@ class PPOTrainer:
             self.value = ValueRole(ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
                                    value_layout.ranks, cluster.colocated)
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
+        check_reward_arguments(cfg, [train_source[0]])
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
-        self.scorer = RewardScorer(cfg.reward, cfg.cluster.backend) if is_main_rank() else None
+        # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
+        # model on its device. The other ranks receive the rewards.
+        self.rewarder = Rewarder(cfg, self.policy.worker.layout.device) if is_main_rank() else None
         self.steps_done = 0
         if is_main_rank():
             for note in batch_clamp_notes(cfg):
@@ -94,10 +97,10 @@ class PPOTrainer:
             experience = self.policy.generate(prompts, self._sampling_params(), key, sample_ids)
 
         with timer("reward"):
-            rewards = torch.zeros(experience.batch_size)
-            if self.scorer is not None:  # rank 0 scores (fanned out); the others receive the result
-                responses = decode_responses(self.tokenizer, experience)
-                rewards = self.scorer.score(responses, [p.answer for p in problems])
+            rewards, reward_parts = torch.zeros(experience.batch_size), {}
+            if self.rewarder is not None:
+                scored = self.rewarder.score(problems, decode_responses(self.tokenizer, experience))
+                rewards, reward_parts = scored.total, scored.means()
             experience = experience.replace(rewards=broadcast(rewards))
 
         if gae:
@@ -133,6 +136,7 @@ class PPOTrainer:
                 self.policy.refit()
 
         metrics = self._rollout_metrics(experience)
+        metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_parts.items()}
         if policy_runs:
             metrics |= {f"train/{k}": v for k, v in mean_over(policy_runs).items()}
         metrics["train/skipped_steps"] = torch.tensor(float(self.policy.skipped_steps()))
@@ -209,15 +213,27 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------------------------------ the run
 
-    def validate(self) -> dict[str, float]:
-        start = time.perf_counter()
+    def evaluate(self) -> EvalResult | None:
+        """The policy's answers to the validation problems, scored like training samples; None off rank 0."""
         with self.policy.generation():
-            result = self.policy.evaluate(self.validation_problems, self.steps_done)
-        return {
-            "validation/accuracy": result.accuracy,
-            "validation/avg_length": result.avg_length,
-            "timing/validation": time.perf_counter() - start,
-        }
+            responses = self.policy.sample_validation(self.validation_problems, self.steps_done)
+        if self.rewarder is None:
+            return None
+        scored = self.rewarder.score(self.validation_problems, responses.texts)
+        return eval_result(self.validation_problems, responses, scored.total, scored.means(),
+                           self.rewarder.accuracy_name)
+
+    def validate(self) -> dict[str, float]:
+        """``validation/*`` metrics (rank 0; the other ranks only take part in sampling)."""
+        start = time.perf_counter()
+        result = self.evaluate()
+        if result is None:
+            return {}
+        metrics = {"validation/reward": result.reward, "validation/avg_length": result.avg_length}
+        if result.accuracy is not None:
+            metrics["validation/accuracy"] = result.accuracy
+        metrics |= {f"validation/reward/{name}": mean for name, mean in result.rewards.items()}
+        return metrics | {"timing/validation": time.perf_counter() - start}
 
     def fit(self) -> list[dict[str, float]]:
         """Run until ``ppo.max_num_steps``, resuming from the latest complete checkpoint if there is one."""
@@ -246,8 +262,8 @@ class PPOTrainer:
         finally:
             self.policy.close()
             logger.close(finished)
-            if self.scorer is not None:
-                self.scorer.close()
+            if self.rewarder is not None:
+                self.rewarder.close()
         return history
 
     def save(self) -> Path:

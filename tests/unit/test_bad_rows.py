@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dtppo import config as config_lib
-from dtppo.data.gsm8k import DataError, RowRules, load_gsm8k, read_gsm8k
+from dtppo.data.formats import GSM8K
+from dtppo.data.rows import DataError, RowRules, read_jsonl
 from dtppo.data.loader import build_sources, encode_prompts
 from dtppo.models.tokenizer import load_tokenizer
 
@@ -59,24 +60,24 @@ def _expected_counts() -> dict[str, int]:
 
 
 def test_skip_mode_counts_every_kind_and_keeps_only_good_rows(data_file):
-    problems, bad = read_gsm8k(data_file, rules=RULES)
+    problems, bad = read_jsonl(data_file, GSM8K, rules=RULES)
     assert [(p.question, p.answer) for p in problems] == GOOD
     assert dict(bad) == _expected_counts()
     assert sum(bad.values()) == 15 and len(bad) == 8
 
 
 def test_without_a_tokenizer_long_prompts_are_not_judged(data_file):
-    problems, bad = read_gsm8k(data_file)
+    problems, bad = read_jsonl(data_file, GSM8K)
     assert "prompt_too_long" not in bad and len(problems) == len(GOOD) + 1
 
 
 def test_limit_counts_good_rows(data_file):
-    assert [p.answer for p in load_gsm8k(data_file, limit=2, rules=RULES)] == ["5", "1006"]
+    assert [p.answer for p in read_jsonl(data_file, GSM8K, limit=2, rules=RULES)[0]] == ["5", "1006"]
 
 
 def test_error_mode_names_the_file_and_the_line(data_file):
     with pytest.raises(DataError) as err:
-        read_gsm8k(data_file, rules=RowRules(on_bad_row="error"))
+        read_jsonl(data_file, GSM8K, rules=RowRules(on_bad_row="error"))
     assert str(err.value).startswith(f"{data_file}:{FIRST_BAD_LINE}: bad GSM8K row (invalid_json)")
     assert "data.on_bad_row=skip" in str(err.value)
 
@@ -85,14 +86,14 @@ def test_error_mode_line_numbers_count_blank_lines(tmp_path):
     path = tmp_path / "late.jsonl"
     path.write_text(ROWS[0][0] + "\n\n\n" + json.dumps({"question": "Q", "answer": "#### x"}) + "\n")
     with pytest.raises(DataError, match=rf"^{path}:4: bad GSM8K row \(non_numeric_answer\)"):
-        read_gsm8k(path, rules=RowRules(on_bad_row="error"))
+        read_jsonl(path, GSM8K, rules=RowRules(on_bad_row="error"))
 
 
 def test_a_file_without_usable_rows_is_refused(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text("{}\n[]\n")
     with pytest.raises(DataError, match="no usable rows"):
-        load_gsm8k(path)
+        read_jsonl(path, GSM8K)[0]
 
 
 def test_build_sources_applies_the_config_and_the_prompt_limit(data_file, monkeypatch):

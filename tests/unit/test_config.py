@@ -134,3 +134,10 @@ def test_batches_that_do_not_split_among_ranks_name_the_key(overrides, key):
 def test_the_mixed_recipe_puts_half_the_problems_out_of_reach():
     cfg = config_lib.load("recipes/tiny-math-mixed-cpu.yaml")  # issue 12's critic task
     assert cfg.data.tiny_math.hard_fraction == 0.5 and cfg.data.tiny_math.hard_max_number == 999
+
+
+def test_math_recipe_reads_math_rows_with_the_math_verifier():
+    cfg = config_lib.load("recipes/qwen2.5-1.5b-math-1n8g.yaml")
+    assert cfg.data.task == "math" and cfg.data.train.split == "train" and cfg.data.validation.split == "test"
+    assert (cfg.reward.functions, cfg.reward.weights, cfg.reward.accuracy_from) == (("math",), (1.0,), "math")
+    assert "\\boxed{}" in cfg.data.system_prompt and cfg.policy.optimizer.lr == 1e-6  # the GSM8K recipe's settings

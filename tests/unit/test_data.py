@@ -3,7 +3,8 @@ import json
 import pytest
 
 from dtppo.config import TinyMathConfig
-from dtppo.data.gsm8k import load_gsm8k
+from dtppo.data.formats import GSM8K
+from dtppo.data.rows import read_jsonl
 from dtppo.data.loader import PromptLoader
 from dtppo.data.tiny_math import TinyMathStream, validation_set
 from dtppo.rewards.math import gsm8k_reward
@@ -79,15 +80,15 @@ def test_gsm8k_loader_skips_bad_rows(tmp_path):
     ]
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n{broken json\n")
-    problems = load_gsm8k(path)
+    problems = read_jsonl(path, GSM8K)[0]
     assert [(p.question, p.answer) for p in problems] == [("q1", "1200")]
     with pytest.raises(FileNotFoundError):
-        load_gsm8k(tmp_path / "missing.jsonl")
+        read_jsonl(tmp_path / "missing.jsonl", GSM8K)[0]
 
 
 def test_real_gsm8k_files_load(repo_root):
     import os
 
     test_path = os.path.join(os.path.dirname(repo_root), "shared/data/gsm8k/test.jsonl")
-    problems = load_gsm8k(test_path)
+    problems = read_jsonl(test_path, GSM8K)[0]
     assert len(problems) == 1319 and problems[0].answer == "18"

@@ -16,7 +16,8 @@ import pytest
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
-from dtppo.data.gsm8k import DataError, RowRules, read_gsm8k
+from dtppo.data.formats import GSM8K
+from dtppo.data.rows import DataError, RowRules, read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
@@ -61,13 +62,13 @@ def test_a_saved_dataset_reads_like_the_same_jsonl(saved):
     from dtppo.data.hf import read_hf
 
     cfg = _load(saved["disk"])
-    expected, expected_bad = read_gsm8k(saved["jsonl"])
-    problems, bad = read_hf("data.train", cfg.data.train, None, RowRules())
+    expected, expected_bad = read_jsonl(saved["jsonl"], GSM8K)
+    problems, bad = read_hf("data.train", cfg.data.train, GSM8K, None, RowRules())
     assert problems == expected and bad == expected_bad
     assert [p.answer for p in problems] == ["5", "1006", "-3.5"]
     assert bad == {"missing_question": 2, "missing_answer": 1, "no_answer_line": 1, "empty_answer": 1,
                    "non_numeric_answer": 1}
-    assert read_hf("data.train", cfg.data.train, 2, RowRules())[0] == expected[:2]
+    assert read_hf("data.train", cfg.data.train, GSM8K, 2, RowRules())[0] == expected[:2]
 
 
 def test_a_split_of_a_dataset_dict_through_build_sources(saved):
@@ -95,11 +96,11 @@ def test_no_usable_rows_and_missing_columns_are_data_errors(datasets, tmp_path):
     bad_only = tmp_path / "bad_only"
     datasets.Dataset.from_list(RECORDS[1:3]).save_to_disk(str(bad_only))
     with pytest.raises(DataError, match=rf"^{bad_only}: no usable rows \(2 bad: missing_question: 2\)$"):
-        read_hf("data.train", _load(bad_only).data.train, None, RowRules())
+        read_hf("data.train", _load(bad_only).data.train, GSM8K, None, RowRules())
     renamed = tmp_path / "renamed"
     datasets.Dataset.from_list([{"problem": "Q", "answer": "#### 1"}]).save_to_disk(str(renamed))
     with pytest.raises(DataError, match=r"^data\.train\.path: .* has no column 'question'"):
-        read_hf("data.train", _load(renamed).data.train, None, RowRules())
+        read_hf("data.train", _load(renamed).data.train, GSM8K, None, RowRules())
 
 
 @pytest.mark.parametrize("extra, key", [

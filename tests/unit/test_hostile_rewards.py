@@ -26,10 +26,22 @@ WORKER_GROWTH_MIB = 32.0  # peak RSS growth of each scoring process over its idl
 PARENT_GROWTH_MIB = 64.0  # peak RSS growth of the process that calls score()
 
 
+def _gsm8k(scorer: RewardScorer, responses: list, truths: list) -> list[float]:
+    (scores,) = scorer.score([None] * len(responses), responses, {"answer": truths})
+    return scores
+
+
+def _as_reward_function(case) -> float:
+    """The expected score through the ``gsm8k`` reward function, which reads a numeric reference (a jsonl
+    ``"answer": 42``) as its text (``functions.reference_text``); ``gsm8k_reward`` itself scores a non-string 0."""
+    numeric = isinstance(case.truth, (int, float)) and isinstance(case.response, str)
+    return 1.0 if numeric and case.response == f"#### {case.truth}" else case.expected
+
+
 @pytest.fixture(scope="module")
 def scorer():
     gsm8k_reward("\\boxed{\\frac{1}{2}}", "0.5")  # math-verify's parser is built on first use: not timed
-    scorer = RewardScorer(POOL, backend="local")
+    scorer = RewardScorer(POOL, backend="local", specs=["gsm8k"])
     scorer.wait_ready()
     yield scorer
     scorer.close()
@@ -57,10 +69,10 @@ def test_case_scores_its_value_in_bounded_time(case):
 def test_catalogue_through_the_scoring_pool(scorer):
     late = scorer.late_chunks
     start = time.monotonic()
-    scores = scorer.score([c.response for c in CASES], [c.truth for c in CASES])
+    scores = _gsm8k(scorer, [c.response for c in CASES], [c.truth for c in CASES])
     assert time.monotonic() - start < POOL.timeout_s
     assert scorer.late_chunks == late  # every chunk made the bound, so a 0.0 here is a verdict
-    assert scores.tolist() == [c.expected for c in CASES]
+    assert scores == [_as_reward_function(c) for c in CASES]
 
 
 def _status_mib(pid: int, field: str) -> float:
@@ -81,18 +93,18 @@ def test_10k_parallel_scorings_stay_within_a_memory_bound(scorer):
     responses, truths = [c.response for c in cycle], [c.truth for c in cycle]
     chars = sum(len(r) for r in responses if isinstance(r, str))
     assert chars > 10**9  # ~1 GB of text (874 responses of >= 1 MB): only their tails may travel
-    scorer.score(responses[:500], truths[:500])  # workers at their working size before the baseline
+    _gsm8k(scorer, responses[:500], truths[:500])  # workers at their working size before the baseline
     workers, parent = scorer.pool.worker_pids, os.getpid()
     assert len(workers) == POOL.num_workers
     for pid in [*workers, parent]:
         _reset_peak(pid)
     baseline = {pid: _status_mib(pid, "VmRSS") for pid in [*workers, parent]}
     late, start = scorer.late_chunks, time.monotonic()
-    scores = scorer.score(responses, truths)
+    scores = _gsm8k(scorer, responses, truths)
     elapsed = time.monotonic() - start
     growth = {pid: _status_mib(pid, "VmHWM") - baseline[pid] for pid in baseline}
     assert scorer.late_chunks == late and elapsed < POOL.timeout_s
-    assert scores.tolist() == [c.expected for c in cycle]
+    assert scores == [_as_reward_function(c) for c in cycle]
     assert scorer.pool.worker_pids == workers  # nothing was restarted: the growth is the workers' own
     print(f"\n{PARALLEL_SCORINGS} scorings ({chars / 1e9:.2f} G chars) in {elapsed:.2f} s; peak RSS growth MiB: "
           f"workers {[round(growth[p], 1) for p in workers]} (of {[round(baseline[p]) for p in workers]}), "

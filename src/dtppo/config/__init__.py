@@ -3,6 +3,7 @@
 from dtppo.config.checks import batch_clamp_notes
 from dtppo.config.loading import from_dict, load
 from dtppo.config.schema import (
+    TASK_VERIFIERS,
     CarelessStageConfig,
     CheckpointingConfig,
     ClusterConfig,
@@ -20,6 +21,7 @@ from dtppo.config.schema import (
     ParallelConfig,
     PolicyConfig,
     RewardConfig,
+    RewardModelConfig,
     SFTConfig,
     SchedulerConfig,
     TinyMathConfig,
@@ -29,6 +31,7 @@ from dtppo.config.schema import (
 )
 
 __all__ = [
+    "TASK_VERIFIERS",
     "batch_clamp_notes",
     "from_dict",
     "load",
@@ -49,6 +52,7 @@ __all__ = [
     "ParallelConfig",
     "PolicyConfig",
     "RewardConfig",
+    "RewardModelConfig",
     "SFTConfig",
     "SchedulerConfig",
     "TinyMathConfig",

@@ -90,14 +90,58 @@ def check(cfg: Config) -> None:
     _require(0.0 <= tiny.hard_fraction <= 1.0, "data.tiny_math.hard_fraction", "must be in [0, 1]")
     _require(tiny.hard_fraction == 0 or tiny.hard_max_number > tiny.max_number, "data.tiny_math.hard_max_number",
              "must be > data.tiny_math.max_number when data.tiny_math.hard_fraction > 0")
-    if cfg.data.task == "gsm8k":
-        _require(cfg.data.train.path is not None, "data.train.path", "required when data.task is gsm8k")
-        _require(cfg.data.validation.path is not None, "data.validation.path",
-                 "required when data.task is gsm8k")
+    _check_task(cfg)
+    _check_reward(cfg)
     for key, name in [("logger.wandb.project", cfg.logger.wandb.project),
                       ("logger.mlflow.experiment", cfg.logger.mlflow.experiment),
                       ("logger.mlflow.tracking_uri", cfg.logger.mlflow.tracking_uri)]:
         _require(name is None or name.strip() != "", key, "must not be empty")
+
+
+def _check_task(cfg: Config) -> None:
+    """A file-backed task names its files; a custom one its prompt column; SFT needs worked solutions."""
+    data = cfg.data
+    if data.task == "tiny_math":
+        return
+    for key, dataset in [("data.train", data.train), ("data.validation", data.validation)]:
+        _require(dataset.path is not None, f"{key}.path", f"required when data.task is {data.task}")
+    if data.task == "custom":
+        _require(data.prompt_key.strip() != "", "data.prompt_key", "must name the prompt column")
+        _require(data.answer_key is None or data.answer_key.strip() != "", "data.answer_key",
+                 "must name the reference column, or be null")
+        _require(not cfg.ppo.init_from_sft, "ppo.init_from_sft",
+                 "SFT trains on worked solutions, which data.task custom does not have: start from a model "
+                 "(policy.model.path) instead")
+
+
+def _check_reward(cfg: Config) -> None:
+    """Reward functions parse, have unique metric names and one weight each; custom tasks name a reward."""
+    from dtppo.rewards.spec import MODEL_NAME, parse_spec
+
+    reward = cfg.reward
+    names = []
+    for i, spec in enumerate(reward.functions):
+        try:
+            names.append(parse_spec(spec).name)
+        except ValueError as err:
+            raise ConfigError(f"reward.functions[{i}]: {err}") from None
+    for i, name in enumerate(names):
+        _require(name != MODEL_NAME, f"reward.functions[{i}]", f"{name!r} is the reward model's metric name "
+                 f"(train/reward/{MODEL_NAME}): rename the function")
+        _require(name not in names[:i], f"reward.functions[{i}]", f"a second function named {name!r}: metric "
+                 f"names (train/reward/<name>) must be unique")
+    _require(len(reward.weights) == len(reward.functions), "reward.weights",
+             f"needs one weight per reward function ({len(reward.functions)}), got {len(reward.weights)}")
+    _require(all(math.isfinite(w) for w in reward.weights), "reward.weights", "must be finite numbers")
+    _require(reward.functions or reward.model.path is not None, "reward.functions",
+             f"data.task {cfg.data.task} has no verifier: name at least one reward function, or reward.model.path")
+    builtin = reward.accuracy_from is not None and reward.accuracy_from in ("gsm8k", "math")
+    _require(reward.accuracy_from is None or builtin or reward.accuracy_from in names, "reward.accuracy_from",
+             f"{reward.accuracy_from!r} is neither a built-in verifier nor one of reward.functions {names}")
+    model = reward.model
+    _require(model.batch_size >= 1, "reward.model.batch_size", f"must be >= 1, got {model.batch_size}")
+    _require(model.max_length >= 1, "reward.model.max_length", f"must be >= 1, got {model.max_length}")
+    _require(math.isfinite(model.weight), "reward.model.weight", "must be a finite number")
 
 
 def _check_grpo(cfg: Config) -> None:
@@ -198,14 +242,28 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": reso
 def check_inputs_exist(cfg: Config) -> None:
     """Input files and directories named by a recipe exist: a typo fails here, before any compute. Only
     ``load`` checks this: ``from_dict`` rebuilds saved configs wherever they are read (``dtppo export``)."""
-    if cfg.data.task == "gsm8k":
+    if cfg.data.task != "tiny_math":
         for key, dataset in [("data.train", cfg.data.train), ("data.validation", cfg.data.validation)]:
             _check_dataset(key, dataset)
-    for key, path in [("policy.model.path", cfg.policy.model.path), ("value.model.path", cfg.value.model.path)]:
+    _check_reward_functions_load(cfg)
+    for key, path in [("policy.model.path", cfg.policy.model.path), ("value.model.path", cfg.value.model.path),
+                      ("reward.model.path", cfg.reward.model.path)]:
         _require(path is None or Path(path).is_dir() or bool(_HUB_ID.fullmatch(path)), key,
                  f"no such model directory (nor a hub name like org/model): {path}")
         _require(path is None or not Path(path).is_dir() or (Path(path) / "config.json").is_file(), key,
                  f"{path} is not an HF model directory (no config.json)")
+
+
+def _check_reward_functions_load(cfg: Config) -> None:
+    """Each reward function's file or module imports and holds a callable of that name. This runs the user's
+    module in this process, as ``import`` would: the recipe names it as code to run."""
+    from dtppo.rewards.functions import RewardFunctionError, reward_function
+
+    for i, spec in enumerate(cfg.reward.functions):
+        try:
+            reward_function(spec)
+        except RewardFunctionError as err:
+            raise ConfigError(f"reward.functions[{i}]: {err}") from None
 
 
 def _dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:

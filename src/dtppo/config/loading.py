@@ -116,6 +116,10 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
         if value not in args:
             raise ConfigError(f"{path}: must be one of {list(args)}, got {value!r}")
         return value
+    if origin is tuple and args[-1:] == (Ellipsis,):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return tuple(_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ConfigError(f"{path}: expected a list of {len(args)} values, got {value!r}")

@@ -14,6 +14,9 @@ class ConfigError(ValueError):
     """A recipe or override is invalid; the message names the dotted key."""
 
 
+# Each task's verifier: its default reward function and the source of validation/accuracy (custom has none).
+TASK_VERIFIERS: dict[str, str | None] = {"tiny_math": "gsm8k", "gsm8k": "gsm8k", "math": "math", "custom": None}
+
 # ---------------------------------------------------------------------------------------------- schema
 
 
@@ -259,7 +262,8 @@ class DatasetConfig:
     """One split of a file-backed task."""
 
     path: str | None = None
-    """A GSM8K jsonl file (train: the training rows; validation: the first ``ppo.max_val_samples`` rows)."""
+    """A jsonl file, a ``save_to_disk`` directory or a hub dataset id (train: the training rows; validation: the
+    first ``ppo.max_val_samples`` usable rows)."""
     hf_config: str | None = None
     """The configuration (subset) of a hub dataset id in ``path``, e.g. ``main`` for ``openai/gsm8k``; only
     for hub ids."""
@@ -272,21 +276,28 @@ class DatasetConfig:
 class DataConfig:
     """The task, its files and the prompt format."""
 
-    task: Literal["gsm8k", "tiny_math"] = "tiny_math"
-    """tiny_math (synthetic) | gsm8k (jsonl files below)."""
+    task: Literal["tiny_math", "gsm8k", "math", "custom"] = "tiny_math"
+    """tiny_math (synthetic) | gsm8k (``question``/``answer`` rows, ``####`` answers) | math (``problem``/``solution``
+    rows, the last ``\\boxed{}`` of the solution is the reference) | custom (``prompt_key``/``answer_key`` below).
+    Each task's verifier is its default reward (``reward.functions``); custom has none."""
     train: DatasetConfig = field(default_factory=DatasetConfig)
-    """GSM8K train jsonl."""
+    """The training rows."""
     validation: DatasetConfig = field(default_factory=DatasetConfig)
-    """GSM8K test jsonl."""
+    """The held-out rows."""
+    prompt_key: str = "prompt"
+    """custom: the prompt column, plain text or a list of chat messages (``[{"role": ..., "content": ...}]``)."""
+    answer_key: str | None = None
+    """custom: the reference column (passed to reward functions as ``answer=``); null = none."""
     tiny_math: TinyMathConfig = field(default_factory=TinyMathConfig)
     """The synthetic task's generator."""
     system_prompt: str | None = None
-    """Prepended as the system turn; null = none."""
+    """Prepended as the system turn (to a message list only if it has no system turn); null = none."""
     max_prompt_tokens: int = 256
-    """GSM8K rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
+    """Rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
     on_bad_row: Literal["skip", "error"] = "skip"
-    """GSM8K rows with a missing field, an empty or non-numeric answer, or a prompt over max_prompt_tokens:
-    skip (counted, logged) | error (file:line named)."""
+    """Rows with a missing or malformed prompt or reference (for gsm8k: an empty or non-numeric answer; for math: a
+    solution without ``\\boxed{}``), or a prompt over max_prompt_tokens: skip (counted, logged) | error (the
+    file:line or dataset row named)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -340,9 +351,35 @@ class SFTConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RewardConfig:
-    """Scoring of responses against the reference answers."""
+class RewardModelConfig:
+    """A learned reward model: an HF sequence-classification directory (num_labels=1, safetensors only) with its
+    own tokenizer and chat template. It is never trained."""
 
+    path: str | None = None
+    """The RM's directory; null = no reward model."""
+    weight: float = 1.0
+    """Its score's weight in the total reward (0: scored and logged as ``train/reward/model``, not rewarded)."""
+    batch_size: int = 16
+    """Conversations per RM forward pass."""
+    max_length: int = 1024
+    """Longest rendered conversation in RM tokens; a longer one keeps its last ``max_length`` tokens."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+    """The reward: weighted reward functions (TRL's signature) plus an optional learned reward model."""
+
+    functions: tuple[str, ...] | None = None
+    """Each a built-in (``gsm8k``, ``math``), ``path/to/file.py:name`` or ``package.module:name``, called as
+    ``fn(prompts=..., completions=..., **columns) -> list[float | None]``; null = the task's verifier (``gsm8k`` for
+    tiny_math and gsm8k, ``math`` for math; none for custom), filled in when the Config is built."""
+    weights: tuple[float, ...] | None = None
+    """One weight per function; null = 1 each."""
+    accuracy_from: str | None = None
+    """The function (by its metric name) whose validation mean is ``validation/accuracy``; null = the task's
+    verifier (none for custom)."""
+    model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """A learned reward model whose score joins the functions' sum."""
     num_workers: int = 2
     """Scoring processes (local run) or Ray actors (Ray run); 0 = in rank 0's process."""
     timeout_s: float = 30.0
@@ -479,6 +516,12 @@ class Config:
 
     def __post_init__(self) -> None:
         # A frozen dataclass fills derived fields through object.__setattr__ (the documented way).
+        reward, verifier = self.reward, TASK_VERIFIERS[self.data.task]
+        functions = reward.functions if reward.functions is not None else tuple(v for v in [verifier] if v)
+        object.__setattr__(self, "reward", dataclasses.replace(
+            reward, functions=functions,
+            weights=reward.weights if reward.weights is not None else (1.0,) * len(functions),
+            accuracy_from=reward.accuracy_from if reward.accuracy_from is not None else verifier))
         for name, length in [("sft", max(self.sft.num_steps, 0)), ("policy", self.optimizer_steps("policy")),
                              ("value", self.optimizer_steps("value"))]:
             section = getattr(self, name)

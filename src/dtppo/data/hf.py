@@ -1,7 +1,7 @@
-"""GSM8K rows from Hugging Face ``datasets``: a directory written by ``save_to_disk``, or a hub dataset id.
+"""Prompt rows from Hugging Face ``datasets``: a directory written by ``save_to_disk``, or a hub dataset id.
 
 ``datasets`` is imported only here, when a recipe names such a source (``pip install 'dtppo[hf]'``). Rows go
-through the same parsing and bad-row policy as jsonl lines (``gsm8k.collect_rows``); a row is located as
+through the same parsing and bad-row policy as jsonl lines (``rows.collect_rows``); a row is located as
 ``<path>[<split>] row <index>``. Any failure to open the source (a hub id without network, an unknown config
 or split) is one ``DataError`` naming the key. Without network the hub client gives up after its retries
 (~25 s); with ``HF_HUB_OFFLINE=1`` / ``HF_DATASETS_OFFLINE=1`` it fails at once.
@@ -17,27 +17,26 @@ from pathlib import Path
 from typing import Any
 
 from dtppo.config import DatasetConfig
-from dtppo.data.gsm8k import DataError, RowRules, collect_rows
 from dtppo.data.problem import Problem
+from dtppo.data.rows import DataError, RowFormat, RowRules, collect_rows
 
-COLUMNS = ("question", "answer")
 
-
-def read_hf(key: str, source: DatasetConfig, limit: int | None,
+def read_hf(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None,
             rules: RowRules) -> tuple[list[Problem], collections.Counter]:
     """(usable problems, bad-row count per reason) of the HF dataset ``source`` names (config key ``key``,
-    e.g. ``data.train``)."""
+    e.g. ``data.train``), read in ``fmt``."""
     dataset = _open(key, source)
-    missing = [c for c in COLUMNS if c not in dataset.column_names]
+    needed = [c for c in (fmt.prompt_key, fmt.answer_key) if c is not None]
+    missing = [c for c in needed if c not in dataset.column_names]
     if missing:
         raise DataError(f"{key}.path: {source.path} has no column {missing[0]!r} (columns: "
-                        f"{dataset.column_names}); GSM8K rows need {list(COLUMNS)}")
+                        f"{dataset.column_names}); {fmt.name} rows need {needed}")
     where = f"{source.path}[{source.split}]" if source.split else source.path
-    return collect_rows(_rows(dataset, where), where, limit, rules)
+    return collect_rows(_rows(dataset, where), where, fmt, limit, rules)
 
 
 def _rows(dataset: Any, where: str) -> Iterator[tuple[str, dict]]:
-    for index, row in enumerate(dataset.select_columns(list(COLUMNS))):
+    for index, row in enumerate(dataset):
         yield f"{where} row {index}", row
 
 

@@ -9,8 +9,9 @@ from typing import Protocol
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.config import Config, DatasetConfig
-from dtppo.data.gsm8k import RowRules, load_gsm8k
-from dtppo.data.problem import Problem
+from dtppo.data.formats import row_format
+from dtppo.data.problem import Problem, Prompt
+from dtppo.data.rows import RowFormat, RowRules, read_jsonl
 from dtppo.data.tiny_math import TinyMathStream, validation_set
 
 
@@ -59,42 +60,52 @@ class PromptLoader:
 
 def build_sources(cfg: Config, careless_fraction: float = 0.0, tokenizer: PreTrainedTokenizerBase | None = None,
                   ) -> tuple[ProblemSource | list[Problem], list[Problem]]:
-    """(training source, validation problems) for ``cfg.data``. With ``tokenizer``, GSM8K rows whose prompt
-    exceeds ``data.max_prompt_tokens`` are bad rows (skipped or refused per ``data.on_bad_row``)."""
+    """(training source, validation problems) for ``cfg.data``. With ``tokenizer``, rows whose prompt exceeds
+    ``data.max_prompt_tokens`` are bad rows (skipped or refused per ``data.on_bad_row``)."""
     data = cfg.data
-    if data.task == "gsm8k":
+    if data.task != "tiny_math":
         rules = RowRules(data.on_bad_row, data.max_prompt_tokens,
                          None if tokenizer is None else _prompt_length(tokenizer, data.system_prompt))
-        return (load_problems("data.train", data.train, None, rules),
-                load_problems("data.validation", data.validation, cfg.ppo.max_val_samples, rules))
+        fmt = row_format(data)
+        return (load_problems("data.train", data.train, fmt, None, rules),
+                load_problems("data.validation", data.validation, fmt, cfg.ppo.max_val_samples, rules))
     validation = validation_set(data.tiny_math, cfg.ppo.max_val_samples)
     exclude = {p.question for p in validation}
     return TinyMathStream(data.tiny_math, cfg.ppo.seed, careless_fraction, exclude), validation
 
 
-def load_problems(key: str, source: DatasetConfig, limit: int | None, rules: RowRules) -> list[Problem]:
-    """The usable GSM8K problems of a jsonl file or an HF dataset (config key ``key``, e.g. ``data.train``)."""
+def load_problems(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None,
+                  rules: RowRules) -> list[Problem]:
+    """The usable problems of a jsonl file or an HF dataset (config key ``key``, e.g. ``data.train``)."""
     if Path(source.path).is_file():
-        return load_gsm8k(source.path, limit, rules)
+        return read_jsonl(source.path, fmt, limit, rules)[0]
     from dtppo.data.hf import read_hf
 
-    return read_hf(key, source, limit, rules)[0]
+    return read_hf(key, source, fmt, limit, rules)[0]
 
 
 def _prompt_length(tokenizer: PreTrainedTokenizerBase, system_prompt: str | None):
-    """Tokens of a question's prompt, counted exactly as ``encode_prompts`` encodes it."""
-    def length(question: str) -> int:
-        text = format_prompt(tokenizer, question, system_prompt)
+    """Tokens of a prompt, counted exactly as ``encode_prompts`` encodes it."""
+    def length(prompt: Prompt) -> int:
+        text = format_prompt(tokenizer, prompt, system_prompt)
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     return length
 
 
-def format_prompt(tokenizer: PreTrainedTokenizerBase, question: str, system_prompt: str | None) -> str:
+def conversation(prompt: Prompt, system_prompt: str | None) -> list[dict[str, str]]:
+    """The prompt as chat messages: a text prompt is the user turn; ``system_prompt`` goes first unless the
+    messages bring their own system turn."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system_prompt and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
+def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, system_prompt: str | None) -> str:
     """The prompt text through the tokenizer's chat template (ours or the model's)."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": question})
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.apply_chat_template(conversation(prompt, system_prompt), add_generation_prompt=True,
+                                         tokenize=False)
 
 
 def encode_prompts(

@@ -50,7 +50,8 @@ def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False
         f"How many {obj} does {name} have now?"
     )
     solution = f"#### {before_last}" if careless else "\n".join(lines + [f"#### {value}"])
-    return Problem(question=question, solution=solution, answer=str(value))
+    return Problem(question=question, solution=solution, answer=str(value),
+                   columns={"answer": solution})
 
 
 def _rng(seed: int, index: int) -> random.Random:

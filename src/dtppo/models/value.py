@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, PreTrainedModel
 
 from dtppo.algorithms.advantages import right_shift_values
+from dtppo.faults import InputError
 from dtppo.models.loading import loading_from
 from dtppo.packing import pack_rows
 
@@ -22,19 +25,26 @@ class ValueModel(nn.Module):
     shift: True gives V(s_t) (SPEC §2); False exists only for the value-alignment experiment.
     sequence_packing: :meth:`values` packs the batch's sequences into fewer rows (no pad tokens computed)
     and shifts within each sequence; the results equal the padded path's (dtppo.packing).
+    head: (weight [1, H], bias [1] or None) to start from instead of a fresh head, e.g. a reward model's
+    score head (:func:`reward_model_head`); a missing bias starts at 0. ``seed`` and ``init_std`` are then unused.
     """
 
     def __init__(self, backbone: PreTrainedModel, seed: int = 0, init_std: float = 0.02, shift: bool = True,
-                 sequence_packing: bool = False):
+                 sequence_packing: bool = False, head: tuple[torch.Tensor, torch.Tensor | None] | None = None):
         super().__init__()
         self.backbone = backbone
         self.score = nn.Linear(backbone.config.hidden_size, 1)
         self.shift = shift
         self.sequence_packing = sequence_packing
-        generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
-            self.score.weight.copy_(torch.randn(self.score.weight.shape, generator=generator) * init_std)
-            self.score.bias.zero_()
+            if head is None:
+                generator = torch.Generator().manual_seed(seed)
+                self.score.weight.copy_(torch.randn(self.score.weight.shape, generator=generator) * init_std)
+                self.score.bias.zero_()
+            else:
+                weight, bias = head
+                self.score.weight.copy_(weight.reshape(self.score.weight.shape))
+                self.score.bias.copy_(bias.reshape(1) if bias is not None else torch.zeros(1))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -86,3 +96,31 @@ def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedMo
         torch.manual_seed(seed)
         config._attn_implementation = "sdpa"
         return AutoModel.from_config(config)
+
+
+def reward_model_head(path: str | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """The ``score`` head of a sequence-classification directory with num_labels=1 (a reward model), else None.
+
+    Returns (weight [1, H], bias [1] or None) in float32, read from the directory's safetensors (only those
+    two tensors, never unpickling), so a critic can start from a reward model's backbone and head, as in
+    TRL and OpenRLHF. None for no path, a hub name, or any other kind of model (a causal LM, a critic).
+    """
+    config_file = Path(path) / "config.json" if path is not None else None
+    if config_file is None or not config_file.is_file():
+        return None
+    with loading_from(path):
+        config = json.loads(config_file.read_text())
+    is_reward_model = any(a.endswith("ForSequenceClassification") for a in config.get("architectures") or [])
+    labels = len(config["id2label"]) if "id2label" in config else config.get("num_labels", 2)
+    if not is_reward_model or labels != 1:
+        return None
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as shard:
+            names = set(shard.keys())
+            tensors |= {key: shard.get_tensor(key) for key in ("score.weight", "score.bias") if key in names}
+    if "score.weight" not in tensors:
+        raise InputError(f"{path}: a reward model directory without a `score.weight` in *.safetensors; its "
+                         "head is read from safetensors only")
+    bias = tensors.get("score.bias")
+    return tensors["score.weight"].float(), bias.float() if bias is not None else None

@@ -81,11 +81,6 @@ def gsm8k_reward(response: str, ground_truth: str) -> float:
         return 0.0
 
 
-def gsm8k_rewards(responses: list[str], ground_truths: list[str]) -> list[float]:
-    """``gsm8k_reward`` over pairs: the unit of work a scoring process or actor runs."""
-    return [gsm8k_reward(r, g) for r, g in zip(responses, ground_truths)]
-
-
 def reward_input(text: object) -> str:
     """All of ``text`` that ``gsm8k_reward`` reads (its last ``TAIL_CHARS`` characters; "" for a
     non-string, which scores 0.0 like the original). Scoring processes are sent only this, so what

@@ -24,10 +24,10 @@ _TRIES = 2  # runs of a job whose worker died under it, before it scores None
 
 
 class _Worker:
-    def __init__(self, ctx):
+    def __init__(self, ctx, specs: list[str]):
         self.conn, child = ctx.Pipe()
         # daemon: a trainer that exits without close() does not leave scoring processes behind.
-        self.proc = ctx.Process(target=serve, args=(child,), daemon=True, name="dtppo-reward")
+        self.proc = ctx.Process(target=serve, args=(child, specs), daemon=True, name="dtppo-reward")
         self.proc.start()
         child.close()  # the parent keeps one end only, so a dead worker reads as EOF here
         self.pid: int | None = None  # set when the worker reports ready
@@ -48,17 +48,19 @@ class _Batch:
     def __init__(self, jobs: list[tuple]):
         self.jobs = jobs
         self.todo = collections.deque(range(len(jobs)))
-        self.results: list[list[float] | None] = [None] * len(jobs)
+        self.results: list[object | None] = [None] * len(jobs)
         self.tries = [0] * len(jobs)
 
 
 class ScoringPool:
-    """``num_workers`` spawned scoring processes. ``map`` runs jobs within a deadline."""
+    """``num_workers`` spawned scoring processes, each running the reward functions ``specs`` name
+    (``pool_worker.serve``). ``map`` runs jobs within a deadline."""
 
-    def __init__(self, num_workers: int):
+    def __init__(self, num_workers: int, specs: list[str]):
         # spawn, not fork: the trainer process holds threads (torch, gloo) that a fork would copy mid-state.
         self._ctx = multiprocessing.get_context("spawn")
-        self.workers = [_Worker(self._ctx) for _ in range(num_workers)]
+        self.specs = specs
+        self.workers = [_Worker(self._ctx, specs) for _ in range(num_workers)]
 
     @property
     def worker_pids(self) -> list[int]:
@@ -74,8 +76,9 @@ class ScoringPool:
             log.warning("reward pool: %d of %d processes started within %.0f s",
                         len(self.worker_pids), len(self.workers), timeout_s)
 
-    def map(self, jobs: list[tuple], timeout_s: float) -> list[list[float] | None]:
-        """Each job's scores, or None for a job not done within ``timeout_s`` or that killed its worker twice."""
+    def map(self, jobs: list[tuple], timeout_s: float) -> list[object | None]:
+        """Each job's answer (``pool_worker.serve``), or None for a job not done within ``timeout_s`` or that killed
+        its worker twice."""
         batch = _Batch(jobs)
         deadline = time.monotonic() + timeout_s
         self._dispatch(batch)
@@ -128,7 +131,7 @@ class ScoringPool:
 
     def _replace(self, index: int) -> None:
         self.workers[index].stop()
-        self.workers[index] = _Worker(self._ctx)
+        self.workers[index] = _Worker(self._ctx, self.specs)
 
     def close(self) -> None:
         for worker in self.workers:

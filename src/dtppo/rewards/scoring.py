@@ -1,14 +1,17 @@
-"""Scoring a batch of responses against their ground truths, off the training loop's process.
+"""Scoring a batch of completions with the reward functions, off the training loop's process.
 
 A local run fans chunks out to a process pool, a Ray run to long-lived Ray scoring actors (sync actors run
-their calls in their main thread, and import math-verify once instead of once per task). Either way
-``gsm8k_reward`` runs in a worker's main thread, where math-verify's own timeouts work, and a chunk that misses
-``timeout_s`` scores 0.0 instead of stalling the step. ``num_workers: 0`` scores in this process.
+their calls in their main thread, and import math-verify once instead of once per task). Either way the
+functions run in a worker's main thread, where math-verify's own timeouts work, and a chunk that misses
+``timeout_s`` scores 0.0 for every function instead of stalling the step. ``num_workers: 0`` scores in this
+process. A function that raises or returns unusable scores stops the run with its name
+(``functions.RewardFunctionError``), wherever it ran.
 
 Memory and liveness are bounded whatever the batch holds:
-- workers get only what the reward reads (``reward_input``: the last ``TAIL_CHARS`` characters), in chunks of
-  at most ``MAX_CHUNK`` pairs, so a worker's memory does not grow with the batch size or response length;
-- pool workers import ``dtppo.rewards.math`` only (not torch) and build math-verify's parser when they start;
+- workers get chunks of at most ``MAX_CHUNK`` samples; when only built-in verifiers run, a chunk carries only what
+  they read (``reward_input``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
+  worker's memory does not grow with the batch size or response length;
+- pool workers import ``dtppo.rewards.functions`` (not torch) and build math-verify's parser when they start;
   ``timeout_s`` bounds scoring, not process start-up: a fresh pool is waited for (up to ``STARTUP_S``) first;
 - a late chunk means its worker is stuck (or died): that worker is terminated and replaced (``ScoringPool``;
   the Ray path kills and replaces the late actors), so one bad step cannot starve every later one.
@@ -21,25 +24,32 @@ import logging
 import torch
 
 from dtppo.config import RewardConfig
-from dtppo.rewards.math import gsm8k_rewards, reward_input
+from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, gsm8k_function, load_functions,
+                                     reference_text, score_job)
+from dtppo.rewards.math import reward_input
 from dtppo.rewards.pool import ScoringPool
+from dtppo.rewards.spec import parse_spec
 
 log = logging.getLogger(__name__)
 
-MAX_CHUNK = 256  # pairs per task: bounds a worker's memory and the share of a batch one late task zeroes
+MAX_CHUNK = 256  # samples per task: bounds a worker's memory and the share of a batch one late task zeroes
 STARTUP_S = 120.0  # longest wait for fresh scoring processes to start (not counted in timeout_s)
 
 
 def score_responses(responses: list[str], ground_truths: list[str]) -> torch.Tensor:
-    """Verifier reward per sample, in this process. Returns [B] float32 of 0.0 / 1.0; never raises."""
-    return torch.tensor(gsm8k_rewards(responses, ground_truths), dtype=torch.float32)
+    """The GSM8K verifier's reward per sample, in this process. Returns [B] float32 of 0.0 / 1.0; never raises."""
+    scores = gsm8k_function(prompts=[], completions=responses, answer=ground_truths)
+    return torch.tensor(scores, dtype=torch.float32)
 
 
 class ScoringActor:
     """Plain class; made a Ray actor by RewardScorer."""
 
-    def score(self, responses: list[str], ground_truths: list[str]) -> list[float]:
-        return gsm8k_rewards(responses, ground_truths)
+    def __init__(self, specs: list[str]):
+        self.functions = load_functions(specs)
+
+    def score(self, job: tuple) -> tuple:
+        return score_job(self.functions, job)
 
 
 def _chunks(n: int, workers: int) -> list[slice]:
@@ -49,77 +59,99 @@ def _chunks(n: int, workers: int) -> list[slice]:
 
 
 class RewardScorer:
-    """Fans scoring out to ``num_workers`` processes (backend "local") or Ray actors (backend "ray").
+    """Runs the reward functions ``specs`` name in ``cfg.num_workers`` processes (backend "local") or Ray actors
+    (backend "ray"), or in this process (``num_workers: 0``).
 
     ``late_chunks`` counts the chunks that missed ``timeout_s`` (scored 0.0) since construction."""
 
-    def __init__(self, cfg: RewardConfig, backend: str):
+    def __init__(self, cfg: RewardConfig, backend: str, specs: list[str]):
         self.cfg, self.backend = cfg, backend
+        self.specs = [parse_spec(s).absolute() for s in specs]
+        self.builtin_only = all(parse_spec(s).kind == "builtin" for s in specs)
         self.pool = None
         self.late_chunks = 0
-        if cfg.num_workers > 0 and backend == "local":
-            self.pool = ScoringPool(cfg.num_workers)
-        if cfg.num_workers > 0 and backend == "ray":
+        # No functions (a reward model alone): nothing to fan out, so no processes to start.
+        self.num_workers = cfg.num_workers if specs else 0
+        if self.num_workers == 0:
+            self.functions = load_functions(self.specs)
+        if self.num_workers > 0 and backend == "local":
+            self.pool = ScoringPool(cfg.num_workers, self.specs)
+        if self.num_workers > 0 and backend == "ray":
             import ray
 
             # num_cpus=0: the rank actors hold the placement group's CPUs; scoring must still schedule.
             self._actor_cls = ray.remote(num_cpus=0)(ScoringActor)
-            self.actors = [self._actor_cls.remote() for _ in range(cfg.num_workers)]
+            self.actors = [self._actor_cls.remote(self.specs) for _ in range(cfg.num_workers)]
 
     def wait_ready(self) -> None:
         """Block until the pool's processes have started (at most ``STARTUP_S``); ``score`` does this too."""
         if self.pool is not None:
             self.pool.wait_ready(STARTUP_S)
 
-    def score(self, responses: list[str], ground_truths: list[str]) -> torch.Tensor:
-        """[B] float32 rewards; late chunks score 0.0 and are counted in a warning."""
-        if self.cfg.num_workers == 0:
-            return score_responses(responses, ground_truths)
-        responses = [reward_input(r) for r in responses]
-        ground_truths = [reward_input(g) for g in ground_truths]
-        parts = _chunks(len(responses), self.cfg.num_workers)
+    def score(self, prompts: list, completions: list, columns: dict[str, list]) -> list[Scores]:
+        """Each function's scores (in ``specs`` order), one per sample; a late chunk scores 0.0 for every function
+        and is counted in a warning. Raises ``RewardFunctionError`` when a function failed."""
+        if self.builtin_only:
+            prompts, completions, columns = _builtin_inputs(prompts, completions, columns)
+        if self.num_workers == 0:
+            return _answer(score_job(self.functions, (0, prompts, completions, columns)))
+        parts = _chunks(len(completions), self.num_workers)
+        jobs = [(p.start, prompts[p], completions[p], {k: v[p] for k, v in columns.items()}) for p in parts]
         if self.backend == "ray":
-            scores = self._score_ray(responses, ground_truths, parts)
+            answers = self._score_ray(jobs)
         else:
-            scores = self._score_pool(responses, ground_truths, parts)
-        return torch.tensor(scores, dtype=torch.float32)
+            self.wait_ready()
+            answers = self.pool.map(jobs, self.cfg.timeout_s)
+        return self._collect(parts, answers)
 
-    def _score_pool(self, responses, truths, parts) -> list[float]:
-        self.wait_ready()
-        return self._collect(parts, self.pool.map([(responses[p], truths[p]) for p in parts], self.cfg.timeout_s))
-
-    def _score_ray(self, responses, truths, parts) -> list[float]:
+    def _score_ray(self, jobs: list[tuple]) -> list[tuple | None]:
         import ray
 
-        owners = [i % len(self.actors) for i in range(len(parts))]
-        refs = [self.actors[a].score.remote(responses[p], truths[p]) for a, p in zip(owners, parts)]
+        owners = [i % len(self.actors) for i in range(len(jobs))]
+        refs = [self.actors[a].score.remote(job) for a, job in zip(owners, jobs)]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.timeout_s)
-        results = [_ray_result(r) if r in ready else None for r in refs]
-        for a in sorted({a for a, r in zip(owners, results) if r is None}):
+        answers = [_ray_result(r) if r in ready else None for r in refs]
+        for a in sorted({a for a, r in zip(owners, answers) if r is None}):
             # a stuck actor is replaced, so the next step has its full capacity
             ray.kill(self.actors[a], no_restart=True)
-            self.actors[a] = self._actor_cls.remote()
-        return self._collect(parts, results)
+            self.actors[a] = self._actor_cls.remote(self.specs)
+        return answers
 
-    def _collect(self, parts: list[slice], results: list[list[float] | None]) -> list[float]:
-        late = sum(r is None for r in results)
+    def _collect(self, parts: list[slice], answers: list[tuple | None]) -> list[Scores]:
+        late = sum(a is None for a in answers)
         if late:
             self.late_chunks += late
             log.warning("%d of %d reward chunks missed the time bound and score 0.0", late, len(parts))
-        return [s for p, r in zip(parts, results) for s in (r if r is not None else [0.0] * (p.stop - p.start))]
+        chunks = [_answer(a) if a is not None else [[0.0] * (p.stop - p.start)] * len(self.specs)
+                  for p, a in zip(parts, answers)]
+        return [[s for chunk in chunks for s in chunk[f]] for f in range(len(self.specs))]
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
-        if self.backend == "ray" and self.cfg.num_workers > 0:
+        if self.backend == "ray" and self.num_workers > 0:
             import ray
 
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
 
 
-def _ray_result(ref) -> list[float] | None:
+def _builtin_inputs(prompts: list, completions: list, columns: dict[str, list]) -> tuple[list, list, dict]:
+    """All the built-in verifiers read: each completion's text and reference, their last ``TAIL_CHARS`` characters."""
+    texts = [reward_input(completion_text(c)) for c in completions]
+    answer = [reward_input(reference_text(a)) for a in columns.get("answer", [""] * len(texts))]
+    return [None] * len(texts), texts, {"answer": answer}
+
+
+def _answer(answer: tuple) -> list[Scores]:
+    kind, payload = answer
+    if kind == "error":
+        raise RewardFunctionError(payload)
+    return payload
+
+
+def _ray_result(ref) -> tuple | None:
     import ray
 
     try:

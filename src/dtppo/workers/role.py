@@ -18,7 +18,7 @@ import torch
 
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import broadcast_object
-from dtppo.evaluation import EvalResult, evaluate
+from dtppo.evaluation import Responses, sample_responses
 from dtppo.rollout.sampler import SamplingParams
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
@@ -111,9 +111,9 @@ class PolicyRole(Role[PolicyWorker]):
         """End of the run: release the generator's resources (the vLLM engine's process groups)."""
         self._local(lambda p: p.close())
 
-    def evaluate(self, problems: list[Problem], step: int) -> EvalResult:
-        """Validation with the selected generation backend on ``problems``, on every rank."""
-        return self._everywhere(lambda p: evaluate(p.sample, p.tokenizer, problems, p.cfg, step))
+    def sample_validation(self, problems: list[Problem], step: int) -> Responses:
+        """Validation answers to ``problems`` from the selected generation backend, on every rank."""
+        return self._everywhere(lambda p: sample_responses(p.sample, p.tokenizer, problems, p.cfg, step))
 
 
 class ValueRole(Role[ValueWorker]):

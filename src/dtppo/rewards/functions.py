@@ -1,0 +1,182 @@
+"""Reward functions in TRL's convention: loading them from a spec, the built-in verifiers, and running them.
+
+A reward function is called ``fn(prompts=[...], completions=[...], **columns) -> list[float | None]``: one entry
+per sample, each dataset column other than the prompt as a keyword list, and the row's reference (if the task has one) as ``answer=``.
+``None`` means "not applicable to this sample": 0 in the weighted sum, left out of that function's mean. This is
+TRL's GRPOTrainer signature, so a function written for TRL (``def f(completions, **kwargs)``) runs unchanged.
+
+What a function returns is checked here, in the process that runs it (a scoring process, a Ray actor or rank 0):
+the wrong length, a non-number, NaN or inf is a ``RewardFunctionError`` naming the function and the first bad
+sample, never a silent 0. A function that raises is the same error. This module imports no torch: scoring
+processes load it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import math
+import numbers
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dtppo.faults import InputError
+from dtppo.rewards.math import gsm8k_reward
+from dtppo.rewards.math_answer import math_reward
+from dtppo.rewards.spec import FunctionSpec, parse_spec
+
+RewardFunction = Callable[..., Sequence[Any]]
+Scores = list[float | None]
+_PREVIEW = 60  # characters of a bad sample's prompt quoted in an error
+
+
+class RewardFunctionError(InputError):
+    """A reward function cannot be loaded or called, or returned unusable scores; names the function."""
+
+
+def completion_text(completion: Any) -> str:
+    """The generated text of a completion: itself, or the content of a conversational completion's last message."""
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return completion[-1].get("content", "")
+    return completion if isinstance(completion, str) else ""
+
+
+def reference_text(answer: Any) -> str:
+    """A reference as the built-in verifiers read it: a string, or a number's decimal text (jsonl rows often hold
+    ``"answer": 42``); anything else is "" (which no answer matches)."""
+    if isinstance(answer, str):
+        return answer
+    return str(answer) if isinstance(answer, numbers.Real) and not isinstance(answer, bool) else ""
+
+
+def gsm8k_function(prompts: list, completions: list, answer: list, **columns: list) -> list[float]:
+    """1.0 where the completion's final answer equals ``answer`` numerically (``dtppo.rewards.math.gsm8k_reward``)."""
+    return [gsm8k_reward(completion_text(c), reference_text(a)) for c, a in zip(completions, answer)]
+
+
+def math_function(prompts: list, completions: list, answer: list, **columns: list) -> list[float]:
+    """1.0 where the completion's last ``\\boxed{}`` (or ``####`` answer) equals ``answer`` mathematically
+    (``dtppo.rewards.math_answer.math_reward``)."""
+    return [math_reward(completion_text(c), reference_text(a)) for c, a in zip(completions, answer)]
+
+
+_BUILTIN_FUNCTIONS: dict[str, RewardFunction] = {"gsm8k": gsm8k_function, "math": math_function}
+
+
+def reward_function(spec: str) -> RewardFunction:
+    """The callable ``spec`` names (a built-in, ``path/to/file.py:name`` or ``package.module:name``), through the
+    loader the config uses. Raises ``RewardFunctionError`` for a malformed spec, a missing file or module, a
+    missing name, or a name that is not callable."""
+    try:
+        parsed = parse_spec(spec)
+    except ValueError as err:
+        raise RewardFunctionError(f"reward function {err}") from None
+    if parsed.kind == "builtin":
+        return _BUILTIN_FUNCTIONS[parsed.name]
+    module = _load_file(parsed) if parsed.kind == "file" else _import(parsed)
+    if not hasattr(module, parsed.attribute):
+        raise RewardFunctionError(f"reward function {spec!r}: {parsed.target} has no {parsed.attribute!r}")
+    fn = getattr(module, parsed.attribute)
+    if not callable(fn):
+        raise RewardFunctionError(f"reward function {spec!r}: {parsed.attribute} is a {type(fn).__name__}, "
+                                  f"not callable")
+    return fn
+
+
+def _load_file(parsed: FunctionSpec) -> Any:
+    path = Path(parsed.target).resolve()
+    if not path.is_file():
+        raise RewardFunctionError(f"reward function {parsed.text!r}: file not found: {parsed.target}")
+    # One module per file, registered so the file's own dataclasses and pickling see their module.
+    name = f"dtppo_reward_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as err:  # the user's file: any failure is reported as that file's, in one line
+        del sys.modules[name]
+        raise RewardFunctionError(f"reward function {parsed.text!r}: importing {parsed.target} raised "
+                                  f"{type(err).__name__}: {err}") from err
+    return module
+
+
+def _import(parsed: FunctionSpec) -> Any:
+    try:
+        return importlib.import_module(parsed.target)
+    except Exception as err:  # ModuleNotFoundError, or whatever the module raises while it loads
+        raise RewardFunctionError(f"reward function {parsed.text!r}: cannot import {parsed.target}: "
+                                  f"{type(err).__name__}: {err}") from err
+
+
+def check_arguments(spec: str, fn: RewardFunction, available: Sequence[str]) -> None:
+    """Every argument ``fn`` requires is one it will get (``prompts``, ``completions`` or a column in
+    ``available``), so a missing column fails before the first step instead of at the first scoring."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a C callable without a signature: the call itself will tell
+        return
+    given = {"prompts", "completions", *available}
+    for param in params:
+        if param.default is not inspect.Parameter.empty or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            raise RewardFunctionError(f"reward function {spec!r}: argument {param.name!r} is positional-only; "
+                                      f"reward functions are called with keywords (prompts=, completions=, columns)")
+        if param.name not in given:
+            raise RewardFunctionError(f"reward function {spec!r} needs a column {param.name!r} that the rows do not "
+                                      f"have (it gets prompts, completions and {sorted(available)})")
+
+
+def call_function(spec: str, fn: RewardFunction, prompts: list, completions: list, columns: dict[str, list],
+                  offset: int = 0) -> Scores:
+    """``fn``'s checked scores for one chunk of samples; ``offset`` is the chunk's first sample in its batch, so an
+    error names the sample by its place in the batch."""
+    try:
+        values = fn(prompts=prompts, completions=completions, **columns)
+    except Exception as err:  # the user's code: reported with the function's name, never scored as 0
+        raise RewardFunctionError(f"reward function {spec!r} raised {type(err).__name__}: {err} (on a chunk of "
+                                  f"samples {offset}..{offset + len(completions) - 1})") from err
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
+        values = values.tolist()  # numpy arrays and tensors
+    if not isinstance(values, (list, tuple)):
+        raise RewardFunctionError(f"reward function {spec!r} returned a {type(values).__name__}, not a list of "
+                                  f"scores")
+    if len(values) != len(completions):
+        raise RewardFunctionError(f"reward function {spec!r} returned {len(values)} scores for "
+                                  f"{len(completions)} samples")
+    return [_checked(spec, value, offset + i, prompts[i]) for i, value in enumerate(values)]
+
+
+def _checked(spec: str, value: Any, index: int, prompt: Any) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Real):
+        problem = f"{value!r:.{_PREVIEW}} ({type(value).__name__}), not a number or None"
+    elif not math.isfinite(float(value)):
+        problem = f"{float(value)}"
+    else:
+        return float(value)
+    raise RewardFunctionError(f"reward function {spec!r} returned {problem} for sample {index} "
+                              f"(prompt {str(prompt)[:_PREVIEW]!r})")
+
+
+def load_functions(specs: Sequence[str]) -> list[tuple[str, RewardFunction]]:
+    """(spec, callable) for each spec, in order."""
+    return [(spec, reward_function(spec)) for spec in specs]
+
+
+def score_job(functions: list[tuple[str, RewardFunction]], job: tuple) -> tuple[str, Any]:
+    """One chunk ``(offset, prompts, completions, columns)``: ``("scores", [scores per function])``, or
+    ``("error", message)`` for a function that failed (the parent raises it: a pipe carries no exception)."""
+    offset, prompts, completions, columns = job
+    try:
+        return "scores", [call_function(spec, fn, prompts, completions, columns, offset) for spec, fn in functions]
+    except RewardFunctionError as err:
+        return "error", str(err)

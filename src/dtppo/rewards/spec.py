@@ -1,0 +1,51 @@
+"""Reward-function specs as a recipe writes them: a built-in name, ``path/to/file.py:name`` or ``package.module:name``.
+
+Pure parsing (no imports), shared by the config checks and the loader (``dtppo.rewards.functions``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+BUILTINS = ("gsm8k", "math")
+MODEL_NAME = "model"  # the learned reward model's metric name (train/reward/model): no function may take it
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """kind: where the callable lives; target: the file path or module name (a built-in: its name);
+    attribute: the callable's name there, which is also its metric name (``train/reward/<name>``)."""
+
+    text: str
+    kind: Literal["builtin", "file", "module"]
+    target: str
+    attribute: str
+
+    @property
+    def name(self) -> str:
+        return self.attribute
+
+    def absolute(self) -> str:
+        """The spec with a file path made absolute: scoring processes and Ray actors may run elsewhere."""
+        if self.kind != "file":
+            return self.text
+        return f"{Path(self.target).resolve()}:{self.attribute}"
+
+
+def parse_spec(text: str) -> FunctionSpec:
+    """The spec ``text`` names; ValueError says what is wrong with a malformed one."""
+    if text in BUILTINS:
+        return FunctionSpec(text, "builtin", text, text)
+    target, sep, attribute = text.rpartition(":")
+    if not sep or not target or not attribute:
+        raise ValueError(f"{text!r} is neither a built-in ({', '.join(BUILTINS)}) nor path/to/file.py:name nor "
+                         f"package.module:name")
+    if not attribute.isidentifier():
+        raise ValueError(f"{text!r}: {attribute!r} is not a Python name")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        return FunctionSpec(text, "file", target, attribute)
+    if not all(part.isidentifier() for part in target.split(".")):
+        raise ValueError(f"{text!r}: {target!r} is not a module name (a file must end in .py)")
+    return FunctionSpec(text, "module", target, attribute)
