@@ -73,10 +73,20 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_name(k), v, now, step) for k, v in metrics.items()])
 
     def close(self, ok: bool) -> None:
         self.client.set_terminated(self.run_id, "FINISHED" if ok else "FAILED")
+
+
+def mlflow_name(name: str) -> str:
+    """MLflow's name for a metric: the same, except a reward part (``train/reward/<part>``) is
+    ``train/reward:<part>``. MLflow's file store keeps each metric in a file at its name's path, so the total
+    ``train/reward`` (a file) and its parts (files under a directory of that name) cannot both be stored."""
+    for total in ("train/reward/", "validation/reward/"):
+        if name.startswith(total):
+            return f"{total[:-1]}:{name[len(total):]}"
+    return name
 
 
 def open_trackers(cfg: LoggerConfig, config: dict[str, Any], run_ids: dict[str, str]) -> list[Tracker]:

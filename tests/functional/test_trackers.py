@@ -23,6 +23,8 @@ from conftest import FAST, TINY, read_jsonl
 pytest.importorskip("wandb")
 pytest.importorskip("mlflow")
 
+from dtppo.trackers import mlflow_name  # noqa: E402
+
 SMALL = ["ppo.num_prompts_per_step=8", "ppo.max_val_samples=8", "ppo.val_batch_size=8",
          "policy.generation.max_new_tokens=16"]  # the numbers do not matter here, only that they arrive
 TRACKER_KEYS = ["logger.wandb.enabled=true", "logger.wandb.mode=offline", "logger.wandb.project=dtppo-test",
@@ -108,7 +110,7 @@ def test_wandb_and_mlflow_hold_the_metrics_jsonl_records_and_resume_continues_th
     assert client.get_run(ids["mlflow"]).info.status == "FINISHED"
     keys = {k for metrics in expected.values() for k in metrics}
     for key in keys:
-        history = sorted((m.step, m.value) for m in client.get_metric_history(ids["mlflow"], key))
+        history = sorted((m.step, m.value) for m in client.get_metric_history(ids["mlflow"], mlflow_name(key)))
         want = [(step, metrics[key]) for step, metrics in sorted(expected.items()) if key in metrics]
         assert [s for s, _ in history] == [s for s, _ in want], key
         assert all(_same(a, b) for (_, a), (_, b) in zip(history, want)), key

@@ -61,7 +61,7 @@ def main(sft_dir: str, out: str) -> None:
     # current policy; the one after samples from a policy one update old.
     trainer.policy.worker.vllm.refit = lambda weights: None
     stale = [trainer.step() for _ in range(STEPS_WITHOUT_REFIT)]
-    trainer.scorer.close()
+    trainer.rewarder.close()
     result |= {"errors": [s["train/token_mult_prob_error"] for s in steps],
                "refit_seconds": [s["timing/weight_refit"] for s in steps],
                "errors_without_refit": [s["train/token_mult_prob_error"] for s in stale]}
