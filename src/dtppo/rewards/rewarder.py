@@ -59,11 +59,11 @@ class Rewarder:
         self.system_prompt = cfg.data.system_prompt
         specs = list(reward.functions)
         self.weights = list(reward.weights)
-        names = [parse_spec(s).name for s in specs]
-        if reward.accuracy_from in BUILTINS and reward.accuracy_from not in names:
+        self.names = [parse_spec(s).name for s in specs]
+        if reward.accuracy_from in BUILTINS and reward.accuracy_from not in self.names:
             specs.append(reward.accuracy_from)
             self.weights.append(0.0)
-        self.names = [parse_spec(s).name for s in specs]
+            self.names.append(reward.accuracy_from)
         self.accuracy_name = reward.accuracy_from
         self.scorer = RewardScorer(reward, cfg.cluster.backend, specs)
         self.model, self.model_weight = None, reward.model.weight

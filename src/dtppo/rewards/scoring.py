@@ -66,8 +66,9 @@ class RewardScorer:
 
     def __init__(self, cfg: RewardConfig, backend: str, specs: list[str]):
         self.cfg, self.backend = cfg, backend
-        self.specs = [parse_spec(s).absolute() for s in specs]
-        self.builtin_only = all(parse_spec(s).kind == "builtin" for s in specs)
+        parsed = [parse_spec(s) for s in specs]
+        self.specs = [p.absolute() for p in parsed]
+        self.builtin_only = all(p.kind == "builtin" for p in parsed)
         self.pool = None
         self.late_chunks = 0
         # No functions (a reward model alone): nothing to fan out, so no processes to start.
