@@ -44,7 +44,7 @@ from dtppo.algorithms.advantages import compute_gae, token_level_rewards  # noqa
 from dtppo.algorithms.losses import explained_var  # noqa: E402
 from dtppo.data.loader import build_sources, encode_prompts  # noqa: E402
 from dtppo.evaluation import decode_responses  # noqa: E402
-from dtppo.models.causal_lm import build_causal_lm  # noqa: E402
+from dtppo.models.causal_lm import build_causal_lm, stop_token_ids  # noqa: E402
 from dtppo.models.tokenizer import load_tokenizer  # noqa: E402
 from dtppo.models.value import ValueModel  # noqa: E402
 from dtppo.rewards.scoring import score_responses  # noqa: E402
@@ -107,7 +107,7 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
     prompts = encode_prompts(tokenizer, repeated, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     gen = cfg.policy.generation
     experience = generate(model, prompts, SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
-                          tokenizer.eos_token_id, tokenizer.pad_token_id, stream_key(seed, 0),
+                          stop_token_ids(model, tokenizer), tokenizer.pad_token_id, stream_key(seed, 0),
                           torch.arange(len(prompts)))
     texts = decode_responses(tokenizer, experience)
     rewards = score_responses(texts, [p.answer for p in repeated]).float()

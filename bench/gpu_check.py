@@ -174,7 +174,7 @@ def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
     tok = build_char_tokenizer()
     policy, critic = build_models(RECIPE_TINY, tok)
     prompts, _ = prompts_and_answers(tok, batch)
-    exp = generate(policy.eval(), prompts, SamplingParams(new_tokens), tok.eos_token_id, tok.pad_token_id,
+    exp = generate(policy.eval(), prompts, SamplingParams(new_tokens), (tok.eos_token_id,), tok.pad_token_id,
                    stream_key(0, 0), torch.arange(batch))
     exp = with_targets(exp, policy, critic)
     reference = evaluate(policy, critic, exp, torch.device("cpu"), "fp32")

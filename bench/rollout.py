@@ -63,7 +63,7 @@ def build_variants(model, prompts, pad_id: int, new_tokens: int, compile: bool) 
         params = SamplingParams(new_tokens)
 
         def run():
-            exp = generate(model, prompts, params, NO_EOS, pad_id, key=1, sample_ids=sample_ids, compile=compiled)
+            exp = generate(model, prompts, params, (NO_EOS,), pad_id, key=1, sample_ids=sample_ids, compile=compiled)
             return exp.input_ids[exp.response_mask.bool()].view(len(prompts), new_tokens)
         return run
 

@@ -57,7 +57,7 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
             supported = sampler.static_decoder_supported
             sampler.static_decoder_supported = (lambda m: supported(m)) if static else (lambda m: False)
             try:
-                exp = sampler.generate(model, prompts, params, NO_EOS, pad_id, key=1, sample_ids=sample_ids)
+                exp = sampler.generate(model, prompts, params, (NO_EOS,), pad_id, key=1, sample_ids=sample_ids)
             finally:
                 sampler.static_decoder_supported = supported
             return int(exp.response_mask.sum())

@@ -1,8 +1,9 @@
 """Atomic, verified step checkpoints: ``<dir>/step_N/`` is written as ``tmp_step_N/`` and renamed when complete.
 
 Layout of ``step_N/``: ``weights/`` (torch.distributed.checkpoint: policy and value models and optimizers,
-sharded as trained, loadable on any number of ranks), ``trainer.pt`` (replicated state: schedulers, loader
-position, RNG, counters), ``config.yaml`` and ``manifest.json`` (size and CRC32 of every other file).
+sharded as trained, loadable on any number of ranks; a tied parameter once), ``trainer.pt`` (replicated state:
+schedulers, loader position, RNG, counters), ``config.yaml``, ``hf/`` (the models' HF configs and the tokenizer,
+``models.description``) and ``manifest.json`` (size and CRC32 of every other file).
 
 Guarantees (measured in docs/reliability.md):
 - A directory named ``step_N`` is always whole. It appears only by renaming a finished ``tmp_step_N``, and
@@ -49,6 +50,7 @@ WEIGHTS_DIR = "weights"
 TRAINER_FILE = "trainer.pt"
 _DCP_METADATA = ".metadata"
 CONFIG_FILE = "config.yaml"
+HF_DIR = "hf"
 MANIFEST_FILE = "manifest.json"
 _CHUNK = 8 << 20
 
@@ -74,8 +76,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(checkpoint_dir: str | Path, step: int, sharded: dict[str, Any], replicated: dict[str, Any],
-         config: dict[str, Any], keep_last: int) -> Path:
+         config: dict[str, Any], keep_last: int, hf_files: dict[str, bytes] | None = None) -> Path:
     """Collective: every rank writes its shards of ``sharded``; rank 0 writes the rest and commits.
+
+    ``hf_files``: {path relative to ``hf/``: bytes}, rank 0's (``models.description.describe_models``).
 
     Raises CheckpointError on every rank when the state holds a non-finite value or the storage refuses a
     write; no ``step_N`` appears then and earlier checkpoints are untouched.
@@ -92,7 +96,7 @@ def save(checkpoint_dir: str | Path, step: int, sharded: dict[str, Any], replica
             shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(_write_failure(final, WEIGHTS_DIR, err)) from None
     pause_in_checkpoint()
-    _agreed(lambda: _commit(root, tmp, final, replicated, config, keep_last), final)
+    _agreed(lambda: _commit(root, tmp, final, replicated, config, keep_last, hf_files or {}), final)
     return final
 
 
@@ -146,12 +150,15 @@ def _prepare(root: Path, tmp: Path) -> None:
 
 
 def _commit(root: Path, tmp: Path, final: Path, replicated: dict[str, Any], config: dict[str, Any],
-            keep_last: int) -> None:
+            keep_last: int, hf_files: dict[str, bytes]) -> None:
     """Rank 0: the replicated state and the manifest, then the rename that makes ``step_N`` exist."""
     buffer = io.BytesIO()  # serialised in memory so a failing disk reports a plain OSError (errno, path)
     torch.save(replicated, buffer)
     _write_bytes(tmp / TRAINER_FILE, buffer.getvalue())
     _write_bytes(tmp / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False).encode())
+    for name, data in hf_files.items():
+        (tmp / HF_DIR / name).parent.mkdir(parents=True, exist_ok=True)
+        _write_bytes(tmp / HF_DIR / name, data)
     pause_in_checkpoint()
     manifest = {"files": {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}}
     _write_bytes(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())

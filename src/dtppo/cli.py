@@ -187,12 +187,13 @@ def _table(title: str, values: dict) -> str:
 
 def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict]) -> str:
     """The demo's summary: accuracy before and after PPO and the critic's fit over the run."""
-    from dtppo.logging import explained_var_mean, read_metrics
+    from dtppo.logging import explained_var_defined, explained_var_mean, read_metrics
 
     records = read_metrics(cfg.logger.log_dir)
     val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
     val_reward = [(r["step"], r["validation/reward"]) for r in records if "validation/reward" in r]
-    ev = [(r["step"], r["train/critic/explained_var"]) for r in records if "train/critic/explained_var" in r]
+    ev = [(r["step"], r["train/critic/explained_var"] if explained_var_defined(r) else "n/a")
+          for r in records if "train/critic/explained_var" in r]
     rows = dict(sft_results)
     if val:
         rows["validation accuracy at start (step 0)"] = val[0][1]
@@ -205,8 +206,7 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
     if ev:
         late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2)
         rows["critic explained variance, first step"] = ev[0][1]
-        if late is not None:
-            rows["critic explained variance, mean of last half"] = late
+        rows["critic explained variance, mean of last half"] = "n/a" if late is None else late
         if constant:
             rows["last-half steps with constant returns (EV undefined, left out)"] = constant
     if history:

@@ -12,6 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from dtppo.config import TASK_VERIFIERS, Config
 from dtppo.data.loader import encode_prompts
 from dtppo.data.problem import Problem, Prompt
+from dtppo.models.causal_lm import stop_token_ids
 from dtppo.rewards.functions import reward_function
 from dtppo.rollout.sampler import SamplingParams, generate, stream_key
 from dtppo.types import Experience
@@ -50,10 +51,11 @@ Sampler = Callable[[list[list[int]], SamplingParams, int, torch.Tensor], Experie
 def model_sampler(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Sampler:
     """dtppo's torch sampler on ``model`` (switched to eval mode) as a ``Sampler``: SFT's validation, which
     has no generation backend."""
+    stop_ids = stop_token_ids(model, tokenizer)
 
     def sample(prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
         model.eval()
-        return generate(model, prompts, params, tokenizer.eos_token_id, tokenizer.pad_token_id, key, sample_ids)
+        return generate(model, prompts, params, stop_ids, tokenizer.pad_token_id, key, sample_ids)
 
     return sample
 

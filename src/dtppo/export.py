@@ -8,6 +8,8 @@ from dtppo import checkpoint
 from dtppo import config as config_lib
 from dtppo.faults import InputError
 from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
+from dtppo.models.description import build_described, described
+from dtppo.models.ties import tied_names, untied
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
 
@@ -27,26 +29,43 @@ def resolve_step_dir(path: str | Path) -> Path:
 
 def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Write ``out_dir/policy`` (causal LM) and ``out_dir/critic`` (token classification, num_labels=1); a
-    GRPO run (``ppo.advantage_estimator=grpo``) has no critic, so only the policy is written."""
-    step_dir = resolve_step_dir(checkpoint_dir)
-    cfg = config_lib.from_dict(checkpoint.read_config(step_dir))
-    tokenizer = load_tokenizer(cfg.policy_init_path)
-    out_dir = Path(out_dir)
+    GRPO run (``ppo.advantage_estimator=grpo``) has no critic, so only the policy is written.
 
-    models = {"policy": build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer),
-                                        tokenizer.pad_token_id, tokenizer.eos_token_id, cfg.ppo.seed)}
-    if cfg.ppo.advantage_estimator == "gae":
-        tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-        models["value"] = ValueModel(build_backbone(cfg.value_init_path, tiny, cfg.ppo.seed),
-                                     shift=cfg.value.shift_values)
+    The models are rebuilt from the checkpoint's own ``hf/`` (configs and tokenizer); a checkpoint written before
+    it had one is rebuilt from the directories its config names, which must then still exist."""
+    step_dir = resolve_step_dir(checkpoint_dir)
+    checkpoint.verify(step_dir)
+    cfg = config_lib.from_dict(checkpoint.read_config(step_dir))
+    hf_dir = step_dir / checkpoint.HF_DIR
+    if described(hf_dir):
+        tokenizer, policy, backbone = build_described(hf_dir)
+    else:
+        tokenizer, policy, backbone = _build_from_sources(cfg)
+    models = {"policy": policy}
+    if backbone is not None:
+        models["value"] = ValueModel(backbone, shift=cfg.value.shift_values)
     # Consolidates the shards of any layout into these whole models (weights only, no optimizer state).
-    weights = {role: {"model": model.state_dict()} for role, model in models.items()}
+    ties = {role: tied_names(model) for role, model in models.items()}
+    weights = {role: {"model": untied(model.state_dict(), ties[role])} for role, model in models.items()}
     checkpoint.load(step_dir, weights)
     written = []
     for role, model in models.items():
-        model.load_state_dict(weights[role]["model"])
-        target = out_dir / ("policy" if role == "policy" else "critic")
+        state = weights[role]["model"]
+        model.load_state_dict(state | {alias: state[first] for alias, first in ties[role].items()})
+        target = Path(out_dir) / ("policy" if role == "policy" else "critic")
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
         written.append(target)
     return written
+
+
+def _build_from_sources(cfg: config_lib.Config) -> tuple:
+    """(tokenizer, policy, critic backbone or None) from the model directories (or tiny shapes) ``cfg`` names."""
+    tokenizer = load_tokenizer(cfg.policy_init_path)
+    policy = build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
+                             tokenizer.eos_token_id, cfg.ppo.seed)
+    backbone = None
+    if cfg.ppo.advantage_estimator == "gae":
+        tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+        backbone = build_backbone(cfg.value_init_path, tiny, cfg.ppo.seed)
+    return tokenizer, policy, backbone

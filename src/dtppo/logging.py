@@ -96,7 +96,7 @@ class MetricsLogger:
         eta = per_step * max(self.total_steps - step, 0)
         frac = step / max(self.total_steps, 1)
         bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
-        shown = " ".join(f"{short} {metrics[key]:.3f}" for key, short in CONSOLE_KEYS if key in metrics)
+        shown = " ".join(f"{short} {_shown(key, metrics)}" for key, short in CONSOLE_KEYS if key in metrics)
         return f"step {step:>4}/{self.total_steps} [{bar}] {shown} | {per_step:.2f}s/step ETA {_duration(eta)}"
 
     def close(self, ok: bool = True) -> None:
@@ -108,6 +108,13 @@ class MetricsLogger:
             self.writer.close()
         for tracker in self.trackers:
             tracker.close(ok)
+
+
+def _shown(key: str, metrics: dict[str, float]) -> str:
+    """A console value to 3 decimals; "n/a" for an undefined explained variance (constant returns)."""
+    if key == "train/critic/explained_var" and not explained_var_defined(metrics):
+        return "n/a"
+    return f"{metrics[key]:.3f}"
 
 
 def _duration(seconds: float) -> str:

@@ -19,6 +19,7 @@ from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import mean_over, to_floats
+from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
 from dtppo.rewards.rewarder import Rewarder, check_reward_arguments
@@ -71,6 +72,9 @@ class PPOTrainer:
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.
         self.rewarder = Rewarder(cfg, self.policy.worker.layout.device) if is_main_rank() else None
+        # What every checkpoint carries besides weights (configs, tokenizer): written by rank 0, a policy rank.
+        self.model_files = describe_models(cfg, self.policy.worker.model, self.tokenizer) \
+            if is_main_rank() and cfg.checkpointing.enabled else None
         self.steps_done = 0
         if is_main_rank():
             for note in batch_clamp_notes(cfg):
@@ -280,7 +284,7 @@ class PPOTrainer:
             replicated["value"] = self.value.replicated_state()
         ckpt = self.cfg.checkpointing
         return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, sharded, replicated, self.cfg.to_dict(),
-                               ckpt.keep_last)
+                               ckpt.keep_last, self.model_files)
 
     def _sharded_state(self) -> dict[str, dict]:
         """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""

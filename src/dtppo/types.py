@@ -54,7 +54,7 @@ class Experience:
     attention_mask:  [B, T] int64, 1 on prompt and response tokens
     response_mask:   [B, T] float32, 1 on generated tokens
     gen_logprobs:    [B, T] float32, log-probs recorded while sampling (0 off the response)
-    truncated:       [B] bool, no EOS within max_new_tokens
+    truncated:       [B] bool, no stop token within max_new_tokens
     rewards:         [B] float32, sequence reward from the verifier
     old_values:      [B, T] float32, V(s_t) before this step's critic update (GAE only; GRPO has no critic)
     old_logprobs:    [B, T] float32, log π_old recomputed by the trainer

@@ -33,6 +33,20 @@ def run_cli(args, cwd, timeout=900, check=True):
     return proc
 
 
+def run_cli_in_process(args, cwd, monkeypatch, capsys) -> tuple[int, str, str]:
+    """``dtppo ARGS`` through ``dtppo.cli.main`` in this process, for failures found before any rank starts:
+    the same code path as the console command, without the ~5 s of interpreter and import start-up per call.
+    Returns (exit code, stdout, stderr)."""
+    from dtppo.cli import main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return stopped.value.code, out, err
+
+
 def checkpoint_tensors(step_dir, tmp_path):
     """Every tensor of a step checkpoint's weights (any layout), flattened to {"policy.model.x": tensor}."""
     import torch

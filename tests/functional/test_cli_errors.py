@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, run_cli_in_process
 
 GOOD_ROW = json.dumps({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"})
 
@@ -60,6 +60,11 @@ def workdir(tmp_path_factory) -> Path:
     return root
 
 
+# Found in a spawned rank: only a real process tree shows what reaches the user. The other cases fail before any
+# rank starts, in the CLI's own process, so they run through ``dtppo.cli.main`` in this one (the same code path).
+IN_A_RANK = {"bad row refused (PPO, in the rank)"}
+
+
 def _dtppo(args: list[str], cwd: Path, debug: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DTPPO_DEBUG"}
     if debug:
@@ -68,29 +73,39 @@ def _dtppo(args: list[str], cwd: Path, debug: bool) -> subprocess.CompletedProce
                           text=True, timeout=600)
 
 
+def _exit_and_output(case: str, args: list[str], cwd: Path, debug: bool, monkeypatch, capsys) -> tuple[int, str, str]:
+    if case in IN_A_RANK:
+        proc = _dtppo(args, cwd, debug)
+        return proc.returncode, proc.stdout, proc.stderr
+    monkeypatch.delenv("DTPPO_DEBUG", raising=False)
+    if debug:
+        monkeypatch.setenv("DTPPO_DEBUG", "1")
+    return run_cli_in_process(args, cwd, monkeypatch, capsys)
+
+
 @pytest.mark.parametrize("case, args, fragment, _", CASES, ids=[c for c, *_ in CASES])
-def test_an_input_failure_is_one_line_and_exit_2(workdir, case, args, fragment, _):
-    proc = _dtppo(args, workdir, debug=False)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2, f"{case}: exit {proc.returncode}\n{proc.stderr}"
-    assert len(lines) == 1 and lines[0].startswith("dtppo: ") and fragment in lines[0], f"{case}:\n{proc.stderr}"
-    assert "Traceback" not in proc.stdout + proc.stderr
+def test_an_input_failure_is_one_line_and_exit_2(workdir, case, args, fragment, _, monkeypatch, capsys):
+    code, out, err = _exit_and_output(case, args, workdir, False, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, f"{case}: exit {code}\n{err}"
+    assert len(lines) == 1 and lines[0].startswith("dtppo: ") and fragment in lines[0], f"{case}:\n{err}"
+    assert "Traceback" not in out + err
 
 
 @pytest.mark.parametrize("case, args, fragment", [(c, a, f) for c, a, f, debug in CASES if debug],
                          ids=[c for c, *_, debug in CASES if debug])
-def test_dtppo_debug_adds_the_traceback(workdir, case, args, fragment):
-    proc = _dtppo(args, workdir, debug=True)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2, f"{case}: exit {proc.returncode}\n{proc.stderr}"
-    assert lines[0] == "Traceback (most recent call last):" and fragment in lines[-1], f"{case}:\n{proc.stderr}"
+def test_dtppo_debug_adds_the_traceback(workdir, case, args, fragment, monkeypatch, capsys):
+    code, _, err = _exit_and_output(case, args, workdir, True, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, f"{case}: exit {code}\n{err}"
+    assert lines[0] == "Traceback (most recent call last):" and fragment in lines[-1], f"{case}:\n{err}"
 
 
 def test_the_sweep_is_broad():
     assert len(CASES) >= 10 and {a[0] for _, a, _, _ in CASES} == {"sft", "ppo", "eval", "export", "plot"}
 
 
-def test_ppo_refuses_an_sft_model_below_its_recipes_floor_in_one_line(workdir):
+def test_ppo_refuses_an_sft_model_below_its_recipes_floor_in_one_line(workdir, monkeypatch, capsys):
     # A reused SFT directory whose saved results are below the demo recipe's floor: exit 5 before any rank starts
     # or any model loads (the directory holds no weights, so getting further would fail differently).
     sft = workdir / "weak-sft"
@@ -98,11 +113,11 @@ def test_ppo_refuses_an_sft_model_below_its_recipes_floor_in_one_line(workdir):
     (sft / "config.json").write_text("{}")
     (sft / "sft_results.json").write_text(json.dumps({"sft/accuracy": 0.176, "sft/steps": 400.0}))
     demo = str(Path(TINY).with_name("tiny-math-critic-cpu.yaml"))
-    proc = _dtppo(["ppo", demo, f"sft.output_dir={sft}"], workdir, debug=False)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 5, proc.stderr
+    code, out, err = run_cli_in_process(["ppo", demo, f"sft.output_dir={sft}"], workdir, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 5, err
     assert len(lines) == 1 and lines[0].startswith("dtppo: ") and "17.6 %" in lines[0] and "90.0 %" in lines[0], lines
-    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "Traceback" not in out + err
     control = _dtppo(["ppo", demo, f"sft.output_dir={sft}", "sft.min_accuracy=0.1", "ppo.max_num_steps=1"], workdir,
                      debug=False)
     assert control.returncode != 5 and "sft.min_accuracy" not in control.stderr  # a lower floor lets it go on

@@ -9,6 +9,10 @@ mean of steps 15 and 20 over step 0) pass on both by ~50 points. The flipped-pol
 was measured with the earlier 450-step SFT (docs/learning.md).
 
 The critic's gate and its negative control: see EV_GATE.
+
+Marked slow (`make test-all`, not `make test`): the SFT to its plateau and 20 PPO steps take ~5 minutes of the
+15 that `make test` has on 2 cores. `make demo` runs PPO's recovery from a planted shortcut on the critic recipe's
+task each time and checks it against its expected range (bench/results/demo_expected.json).
 """
 
 import pytest
@@ -32,6 +36,8 @@ SFT_TO_PLATEAU = ["sft.num_steps=800", "sft.val_period=100", "sft.patience=2", "
 # (A sign-flipped value loss is no control for EV: the critic escapes through a constant offset, which EV ignores.)
 EV_GATE = -0.06
 NEGATIVE_STEPS = 8
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
+from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli, run_cli_in_process
 from dtppo.models.value import ValueModel
 
 
@@ -45,15 +45,18 @@ def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
     cwd, _ = ppo_run
     assert sorted(p.name for p in (cwd / "ckpt").iterdir()) == ["step_2"]
     step_dir = cwd / "ckpt" / "step_2"
-    assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "manifest.json", "trainer.pt", "weights"]
+    assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "hf", "manifest.json", "trainer.pt",
+                                                          "weights"]
     state = torch.load(step_dir / "trainer.pt", weights_only=True)
     assert state["steps_done"] == 2 and state["loader"]["offset"] == 32
     saved = checkpoint_tensors(step_dir, tmp_path)
     assert any(k.startswith("policy.optim.state") for k in saved)  # optimizer state is in the checkpoint
     run_cli(["export", cwd / "ckpt", tmp_path / "hf"], cwd)
     policy = AutoModelForCausalLM.from_pretrained(tmp_path / "hf" / "policy").eval()
+    assert "policy.model.lm_head.weight" not in saved  # the tied embedding is stored once
     for name, tensor in policy.state_dict().items():
-        assert torch.equal(tensor, saved[f"policy.model.{name}"]), name
+        source = "model.embed_tokens.weight" if name == "lm_head.weight" else name
+        assert torch.equal(tensor, saved[f"policy.model.{source}"]), name
     critic = ValueModel.from_pretrained(tmp_path / "hf" / "critic").eval()
     for name, tensor in critic.state_dict().items():
         assert torch.equal(tensor, saved[f"value.model.{name}"]), name
@@ -73,13 +76,13 @@ def test_eval_scores_the_latest_checkpoint_and_plot_writes_png(ppo_run, sft_dir)
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bad_override_exits_2_naming_the_key(tmp_path):
-    proc = run_cli(["ppo", TINY, "ppo.max_num_stepz=2"], tmp_path, check=False)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+def test_bad_override_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
+    code, _, err = run_cli_in_process(["ppo", TINY, "ppo.max_num_stepz=2"], tmp_path, monkeypatch, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "ppo.max_num_stepz" in lines[0]
-    proc = run_cli(["ppo", TINY, "policy.optimizer.lr=-0.1"], tmp_path, check=False)
-    assert proc.returncode == 2 and "policy.optimizer.lr" in proc.stderr
+    code, _, err = run_cli_in_process(["ppo", TINY, "policy.optimizer.lr=-0.1"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "policy.optimizer.lr" in err
     assert not (tmp_path / "runs").exists()  # refused before any compute
 
 

@@ -34,7 +34,7 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     ids, key, n = torch.arange(16), stream_key(cfg.ppo.seed, 0), cfg.policy.generation.max_new_tokens
     greedy = SamplingParams(n, greedy=True)
     by_vllm = worker.sample(prompts, greedy, key, ids)
-    by_torch = generate(worker.model, prompts, greedy, tok.eos_token_id, tok.pad_token_id, key, ids)
+    by_torch = generate(worker.model, prompts, greedy, worker.stop_ids, tok.pad_token_id, key, ids)
     tempered = SamplingParams(n, temperature=cfg.policy.generation.temperature)
     whole = responses(worker.sample(prompts, tempered, key, ids))
     halves = responses(worker.sample(prompts[:8], tempered, key, ids[:8])) + \

@@ -115,3 +115,41 @@ def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
     step = mean_over([epochs[0], bumped])
     assert step["err_max"] == bumped["err_max"]
     torch.testing.assert_close(step["loss"], epochs[0]["loss"] + 1.0)
+
+
+def _tied_lm(seed: int):
+    from dtppo.config import ModelConfig
+    from dtppo.models.causal_lm import build_causal_lm
+
+    model = build_causal_lm(None, ModelConfig().tiny, 40, 0, 1, seed)
+    engine = TrainEngine(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=1.0)
+    model(input_ids=torch.randint(0, 40, (2, 6))).logits.square().mean().backward()
+    engine.optimizer_step()
+    return model, engine
+
+
+def test_a_tied_embedding_is_saved_once_and_tied_again_on_load(tmp_path):
+    from dtppo import checkpoint
+
+    model, engine = _tied_lm(seed=0)
+    state = engine.state_dict()
+    assert engine.tied == {"lm_head.weight": "model.embed_tokens.weight"}
+    assert "lm_head.weight" not in state["model"] and "model.embed_tokens.weight" in state["model"]
+    new = checkpoint.save(tmp_path / "new", 1, {"policy": state}, {}, {}, keep_last=1)
+    # a checkpoint written before: the embedding under both names
+    old_state = {"model": dict(state["model"], **{"lm_head.weight": state["model"]["model.embed_tokens.weight"]}),
+                 "optim": state["optim"]}
+    old = checkpoint.save(tmp_path / "old", 1, {"policy": old_state}, {}, {}, keep_last=1)
+    embedding_bytes = model.model.embed_tokens.weight.numel() * 4
+    size = {p: sum(f.stat().st_size for f in (p / "weights").iterdir()) for p in (new, old)}
+    assert size[old] - size[new] >= embedding_bytes  # one copy fewer
+    for step_dir in (new, old):
+        fresh, fresh_engine = _tied_lm(seed=1)
+        target = {"policy": fresh_engine.state_dict()}
+        checkpoint.load(step_dir, target)
+        fresh_engine.load_state_dict(target["policy"])
+        assert fresh.lm_head.weight is fresh.model.embed_tokens.weight
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(fresh.state_dict()[name], tensor), (step_dir, name)
+        exp_avg = fresh_engine.optimizer.state[fresh.model.embed_tokens.weight]["exp_avg"]
+        assert torch.equal(exp_avg, engine.optimizer.state[model.model.embed_tokens.weight]["exp_avg"])

@@ -27,3 +27,23 @@ def test_an_undefined_explained_var_is_left_out_of_plots():
              "train/critic/returns_var": var} for s, ev, var in [(1, 0.2, 0.2), (2, -868614.1, 0.0), (3, 0.3, 0.2)]]
     assert curve(rows, "train/critic/explained_var") == [(1, 0.2), (3, 0.3)]
     assert curve(rows, "train/reward") == [(1, 0.5), (2, 0.0), (3, 0.5)]  # other metrics keep every step
+
+
+def test_an_undefined_explained_var_prints_as_na(tmp_path, capsys):
+    from dtppo import config as config_lib
+    from dtppo.cli import _results_table
+    from dtppo.logging import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, total_steps=4, tensorboard=False)
+    for step, ev, var in [(1, -2722022.0, 0.0), (2, 0.25, 0.2), (3, -868614.1, 0.0), (4, -5e5, 0.0)]:
+        logger.log(step, {"train/reward": 0.5, "train/critic/explained_var": ev, "train/critic/returns_var": var})
+    logger.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" EV ")[1].split()[0] for line in lines] == ["n/a", "0.250", "n/a", "n/a"]
+    cfg = config_lib.from_dict({"logger": {"log_dir": str(tmp_path)}})
+    table = _results_table(cfg, {}, [])
+    assert "-2722022" not in table and "-868614" not in table and "-500000" not in table
+    rows = {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in table.splitlines()[2:]}
+    assert rows["critic explained variance, first step"] == "n/a"
+    assert rows["critic explained variance, mean of last half"] == "n/a"  # steps 3 and 4
+    assert rows["last-half steps with constant returns (EV undefined, left out)"] == "2"

@@ -55,6 +55,11 @@ FORMATS = [
     ("#### 3", "-3", 0.0),
     ("#### 100", "1,000", 0.0),
     ("I don't know", "18", 0.0),
+    # digits glued inside a word are not a stand-alone answer (a random BPE sample once scored 1.0 this way)
+    ("the shel5orm", "5", 0.0),
+    ("an mp3", "3", 0.0),
+    ("H2O", "2", 0.0),
+    ("It weighs 5kg", "5", 1.0),
     ("", "18", 0.0),
     (None, "18", 0.0),
     ("#### 18", None, 0.0),

@@ -1,16 +1,18 @@
-"""The vllm backend drops one harmless warning that vLLM logs at every in-place refit, and nothing else."""
+"""The vllm backend drops two harmless warnings that vLLM logs at every refit and engine start, and nothing else."""
 
 import logging
 
-from dtppo.rollout.vllm_engine import RotaryReloadFilter
+from dtppo.rollout.vllm_engine import HarmlessVLLMWarnings
 
 
-def record(*args) -> logging.LogRecord:
-    return logging.LogRecord("vllm", logging.WARNING, "layerwise.py", 266, "%s: Failed to load weights", args, None)
+def record(msg: str, *args) -> logging.LogRecord:
+    return logging.LogRecord("vllm", logging.WARNING, "x.py", 1, msg, args, None)
 
 
-def test_only_the_rotary_cache_warning_is_dropped():
-    keep = RotaryReloadFilter().filter
-    assert not keep(record("RotaryEmbedding"))
-    assert keep(record("QKVParallelLinear"))  # a real weight that failed to load still shows
-    assert keep(logging.LogRecord("vllm", logging.WARNING, "x.py", 1, "something else", (), None))
+def test_only_the_rotary_cache_and_chat_warmup_warnings_are_dropped():
+    keep = HarmlessVLLMWarnings().filter
+    assert not keep(record("%s: Failed to load weights", "RotaryEmbedding"))
+    assert keep(record("%s: Failed to load weights", "QKVParallelLinear"))  # a real weight that failed still shows
+    assert not keep(record("Chat template warmup failed"))
+    assert keep(record("Multi-modal warmup failed"))
+    assert keep(record("something else"))

@@ -1,7 +1,8 @@
 """KL estimators between the policy and a reference (Schulman, "Approximating KL divergence", 2020).
 
 All take per-token log-probs ``logprobs, ref_logprobs: [B, T]`` and return ``[B, T]``. ``logr`` is clamped to
-±20 and the output to ±10 so one extreme token cannot blow up a step.
+±20 and the output to ±10 so one extreme token cannot blow up a step. Where either clamp binds, the in-loss
+term (:func:`kl_loss_surrogate`) is a constant: no gradient, as in NeMo-RL.
 
 Which KL each option optimises (derivations in docs/design.md, "KL to the reference"). Samples y come from the
 generator π_gen; π is the policy being trained and ρ = π/π_gen.
@@ -54,11 +55,18 @@ def kl_loss_surrogate(
     is ∇KL, so its weight ρ is held constant. Per sample, k2 and k3 give the same gradient, ρ·log(π/π_ref)·∇log π;
     k1 adds the zero-mean term ρ·∇log π (more variance). Without ρ (the samples treated as drawn from π),
     k1's gradient is 0 in expectation and k3 descends KL(π_ref‖π) instead.
+
+    Where the estimate is clamped (``|k| = 10`` or ``|log r| = 20``) the term's value is kept but its gradient is
+    zero: the clamped k is constant while ρ still carries ∇log π, which alone points the wrong way (with k3 at
+    log(π_ref/π) = 4 it gives +10 per token where ∇KL gives −4), on the tokens farthest from the reference.
     """
     # ρ is clamped like the estimators' own log-ratio, so a token the generator found unlikely cannot blow up.
     rho = torch.exp((logprobs - gen_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     estimate = kl_estimate(name, logprobs, ref_logprobs)
-    return (rho.detach() if name == "k2" else rho) * estimate
+    term = (rho.detach() if name == "k2" else rho) * estimate
+    logr = (ref_logprobs - logprobs).detach()
+    clamped = (estimate.detach().abs() >= _MAX_KL) | (logr.abs() >= _MAX_LOG_RATIO)
+    return torch.where(clamped, term.detach(), term)
 
 
 def kl_estimate(name: str, logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,9 @@ def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Con
     cfg = _build(Config, tree, path="")
     check(cfg)
     check_inputs_exist(cfg)
+    from dtppo.config.model_checks import check_models  # reads model directories: torch and transformers
+
+    check_models(cfg)
     check_optional_packages(cfg)
     warn_unusual(cfg)
     return cfg

@@ -27,17 +27,37 @@ from torch.distributed.tensor.parallel import (
 from dtppo.distributed.parallel_dims import MeshAxis, ParallelDims, fsdp_mesh
 
 
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder blocks of a causal LM, a base model, or a ValueModel."""
-    for path in ("model.layers", "backbone.layers", "layers"):
+# Where decoder blocks live: Qwen2/Llama-style (causal LM, base model, ValueModel), then GPT-2-style.
+_BLOCK_PATHS = ("model.layers", "backbone.layers", "layers", "transformer.h", "backbone.h", "h")
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList | None:
+    """The decoder blocks of a causal LM, a base model, or a ValueModel; None for a layout not listed above."""
+    for path in _BLOCK_PATHS:
         module = model
         try:
             for name in path.split("."):
                 module = getattr(module, name)
         except AttributeError:
             continue
-        return module
-    raise ValueError(f"cannot find decoder layers in {type(model).__name__}")
+        if isinstance(module, nn.ModuleList):
+            return module
+    return None
+
+
+def tensor_parallel_plan_fits(model: nn.Module) -> bool:
+    """Whether every decoder block has each module the tensor-parallel plan shards."""
+    layers = decoder_layers(model)
+    names = _layer_plan(sequence_parallel=True).keys()
+    return layers is not None and all(_has_submodule(layer, name) for layer in layers for name in names)
+
+
+def _has_submodule(module: nn.Module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
 
 
 def _layer_plan(sequence_parallel: bool) -> dict:
@@ -94,7 +114,8 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims) -> nn.Mo
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if torch.cuda.is_available() \
         else MixedPrecisionPolicy()
     dp_mesh = fsdp_mesh(mesh)
-    for layer in decoder_layers(model):
+    # No known blocks (warned at config load): the root alone is one FSDP unit, gathered whole per forward.
+    for layer in decoder_layers(model) or ():
         fully_shard(layer, mesh=dp_mesh, mp_policy=mp)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp)
     for module in model.modules():

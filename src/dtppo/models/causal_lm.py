@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from dtppo.config import TinyModelConfig
 from dtppo.models.loading import loading_from
@@ -37,3 +37,12 @@ def build_causal_lm(
         config = tiny_qwen2_config(tiny, vocab_size, pad_id, eos_id)
         config._attn_implementation = "sdpa"
         return Qwen2ForCausalLM(config)
+
+
+def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    """The tokens that end a response: the tokenizer's EOS, then each ``eos_token_id`` of the model's generation
+    config (one id or a list: Qwen2.5-Instruct lists ``<|im_end|>`` and ``<|endoftext|>``, Llama 3 its
+    end-of-turn tokens), as ``transformers.generate`` stops at any of them."""
+    listed = model.generation_config.eos_token_id if model.generation_config is not None else None
+    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+    return tuple(dict.fromkeys([tokenizer.eos_token_id, *listed]))

@@ -33,10 +33,11 @@ _MV_TIMEOUT_S = 1  # math-verify's SIGALRM timeout (integer seconds), where it c
 # A decimal exponent of at most 2 digits keeps Fraction cheap; "1e999999999" is never read as "1".
 _NUM = r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]{1,2}(?![0-9]))?"
 _PLAIN = re.compile(_NUM)  # used with fullmatch only
-# A number standing alone in prose: not glued to other digits, not inside braces or brackets (an
+# A number standing alone in prose: not glued to other digits or to a word before it ("mp3", "H2O" and a BPE
+# sample's "shel5orm" hold no answer; "5 kg" and "5kg" do), not inside braces or brackets (an
 # argument: "\\sqrt[2]{16}" is not 2), not an operand of ^ * / (so "9^{9^9}" or "2**2**2" never reduce
 # to a harmless-looking "9" or "2"), not either half of an exponent too long to read ("1e999999999").
-_LOOSE = re.compile(rf"(?<![0-9.,{{\[^*/])(?<![0-9][eE])(?<![0-9][eE][-+]){_NUM}"
+_LOOSE = re.compile(rf"(?<![0-9A-Za-z.,{{\[^*/])(?<![0-9][eE])(?<![0-9][eE][-+]){_NUM}"
                     rf"(?![0-9}}\]]|[.,][0-9]|[eE][-+]?[0-9]|\s*[\^*/])")
 # Prose fallback: the last stand-alone number or simple integer fraction ("$\\frac{36}{2}$"), the fraction
 # under the same rule (the innermost "\\frac{1}{2}" of a nested \\frac is an argument, not the answer).

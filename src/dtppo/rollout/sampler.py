@@ -6,12 +6,13 @@ index, not on batch composition or on which rank generates it, and need no RNG s
 
 Speed (bench/rollout.py): Qwen2/Llama-shaped policies decode through ``StaticKVDecoder`` (preallocated
 cache, a dozen kernels per layer per token, optionally torch.compile'd); the noise for many steps is drawn
-in one batch; EOS is checked on the host only every few steps, and tokens sampled after a row's EOS are
-blanked once at the end. Other architectures use the HF forward with its own cache.
+in one batch; stop tokens are checked on the host only every few steps, and tokens sampled after a row's stop
+token are blanked once at the end. Other architectures use the HF forward with its own cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,8 +29,8 @@ _MIX2 = 0x94D049BB133111EB - (1 << 64)
 # Noise is drawn for several steps at once while [B, steps, V] stays under this many cells (int64 temporaries
 # of 32 MiB each); a large vocabulary falls back to one step at a time.
 _NOISE_CELLS = 1 << 22
-# Rows finish at EOS; whether all have is read on the host only every this many steps (a host sync on GPU).
-_EOS_CHECK_PERIOD = 8
+# Rows finish at a stop token; whether all have is read on the host only every this many steps (a host sync on GPU).
+_STOP_CHECK_PERIOD = 8
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def generate(
     model: PreTrainedModel,
     prompts: list[list[int]],
     params: SamplingParams,
-    eos_id: int,
+    stop_ids: Sequence[int],
     pad_id: int,
     key: int,
     sample_ids: torch.Tensor,
@@ -153,8 +154,9 @@ def generate(
 ) -> Experience:
     """Sample a response for every prompt; returns right-padded ``[prompt | response | pad]`` rows.
 
-    prompts: B lists of token ids; sample_ids: [B] global sample indices (drive the noise).
-    The response includes the EOS token when one was sampled; rows without EOS are ``truncated``.
+    prompts: B lists of token ids; sample_ids: [B] global sample indices (drive the noise); stop_ids: the tokens
+    that end a response (``models.causal_lm.stop_token_ids``). The response includes its first stop token; rows
+    without one are ``truncated``.
     ``compile``: run the decode step under torch.compile (Qwen2/Llama-shaped models; the first call compiles).
     """
     device = next(model.parameters()).device
@@ -171,18 +173,20 @@ def generate(
         decoder = HFCacheDecoder(model)
     logits = decoder.prefill(ids, attn, positions)
     noise = _NoiseStream(key, sample_ids.to(device), logits.shape[-1], max_new, params.greedy)
+    stop = torch.tensor(list(stop_ids), dtype=torch.long, device=device)
     tokens = torch.full((max_new, batch), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros((max_new, batch), device=device)
     steps = max_new
     for t in range(max_new):
         tok, lp = pick_tokens(logits, params, noise.at(t))
         tokens[t], logprobs[t] = tok, lp
-        if t == max_new - 1 or ((t + 1) % _EOS_CHECK_PERIOD == 0 and bool((tokens[: t + 1] == eos_id).any(0).all())):
+        if t == max_new - 1 or ((t + 1) % _STOP_CHECK_PERIOD == 0
+                                and bool(torch.isin(tokens[: t + 1], stop).any(0).all())):
             steps = t + 1
             break
         logits = (decoder.decode(tok, width + t, rotations[:, t]) if static
                   else decoder.decode(tok, prompt_lengths + t))
-    return right_padded(ids, prompt_lengths, tokens[:steps].T, logprobs[:steps].T, eos_id, pad_id)
+    return right_padded(ids, prompt_lengths, tokens[:steps].T, logprobs[:steps].T, stop_ids, pad_id)
 
 
 def right_padded(
@@ -190,18 +194,19 @@ def right_padded(
     prompt_lengths: torch.Tensor,
     tokens: torch.Tensor,
     logprobs: torch.Tensor,
-    eos_id: int,
+    stop_ids: Sequence[int],
     pad_id: int,
 ) -> Experience:
     """Left-padded prompts ``ids`` [B, W] + sampled ``tokens``, ``logprobs`` [B, N] -> right-padded rows.
 
-    Everything a row sampled after its first EOS is dropped here, once, instead of masked step by step.
+    Everything a row sampled after its first stop token (any of ``stop_ids``) is dropped here, once, instead of
+    masked step by step; a row without one is ``truncated``.
     """
     batch, width = ids.shape
     max_new = tokens.shape[1]
-    is_eos = tokens == eos_id
-    has_eos = is_eos.any(-1)
-    response_lengths = torch.where(has_eos, is_eos.float().argmax(-1) + 1, max_new)
+    is_stop = torch.isin(tokens, torch.tensor(list(stop_ids), dtype=torch.long, device=tokens.device))
+    stopped = is_stop.any(-1)
+    response_lengths = torch.where(stopped, is_stop.float().argmax(-1) + 1, max_new)
     total = prompt_lengths + response_lengths
     seq_len = int(total.max())
     # Row b of [prompt | response] starts at column W - prompt_length[b] of the left-padded layout.
@@ -213,4 +218,4 @@ def right_padded(
     padded_logprobs = torch.cat([torch.zeros_like(ids, dtype=logprobs.dtype), logprobs], dim=1)
     gen_logprobs = padded_logprobs.gather(1, columns) * in_response
     return Experience(input_ids=input_ids, attention_mask=valid.long(), response_mask=in_response,
-                      gen_logprobs=gen_logprobs, truncated=~has_eos)
+                      gen_logprobs=gen_logprobs, truncated=~stopped)

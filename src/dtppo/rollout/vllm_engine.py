@@ -24,12 +24,13 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
+from dtppo.models.ties import tied_names, untied
 from dtppo.rollout.sampler import SamplingParams, left_padded, right_padded, splitmix
 from dtppo.types import Experience
 
@@ -39,16 +40,23 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
-class RotaryReloadFilter(logging.Filter):
-    """Drops vLLM's "RotaryEmbedding: Failed to load weights", which every ``reload_weights`` logs: the rotary
-    layer's cos/sin cache is computed from the config, not loaded, and vLLM puts the existing one back. Any other
-    layer's warning passes."""
+class HarmlessVLLMWarnings(logging.Filter):
+    """Drops two warnings every dtppo engine logs, and nothing else:
+
+    - "RotaryEmbedding: Failed to load weights", at every ``reload_weights``: the rotary layer's cos/sin cache is
+      computed from the config, not loaded, and vLLM puts the existing one back. Any other layer's warning passes.
+    - "Chat template warmup failed" (with a traceback), at every engine start: vLLM renders a test chat through the
+      tokenizer, and dtppo starts the engine without one (``skip_tokenizer_init``; prompts arrive as token ids).
+    """
+
+    DROPPED = ("RotaryEmbedding: Failed to load weights", "Chat template warmup failed")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != "RotaryEmbedding: Failed to load weights"
+        return record.getMessage() not in self.DROPPED
 
 
-RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+# The loggers those warnings come from (vLLM names its loggers after their modules).
+FILTERED_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.renderers.base")
 
 
 def request_seeds(key: int, sample_ids: torch.Tensor) -> list[int]:
@@ -60,12 +68,7 @@ def request_seeds(key: int, sample_ids: torch.Tensor) -> list[int]:
 def _untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The state dict with each tensor once, under its first name: a tied lm_head is left out (as HF saves it),
     so the embedding it shares is what vLLM loads."""
-    tensors, seen = {}, set()
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            tensors[name] = tensor.detach().contiguous()
-    return tensors
+    return {name: t.detach().contiguous() for name, t in untied(model.state_dict(), tied_names(model)).items()}
 
 
 class VLLMEngine:
@@ -77,9 +80,10 @@ class VLLMEngine:
 
         # Sleep mode exists on CUDA/ROCm/XPU builds only; the CPU build rejects enable_sleep_mode=True.
         self.sleep_supported = bool(current_platform.is_sleep_mode_available())
-        reload_logger = logging.getLogger(RELOAD_LOGGER)
-        if not any(isinstance(f, RotaryReloadFilter) for f in reload_logger.filters):
-            reload_logger.addFilter(RotaryReloadFilter())
+        for name in FILTERED_LOGGERS:
+            vllm_logger = logging.getLogger(name)
+            if not any(isinstance(f, HarmlessVLLMWarnings) for f in vllm_logger.filters):
+                vllm_logger.addFilter(HarmlessVLLMWarnings())
         self.asleep = False
         dtype = next(model.parameters()).dtype
         with tempfile.TemporaryDirectory(prefix="dtppo-vllm-") as directory:
@@ -95,18 +99,19 @@ class VLLMEngine:
                            enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192),
                            enable_sleep_mode=self.sleep_supported)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, eos_id: int, pad_id: int, key: int,
-                 sample_ids: torch.Tensor) -> Experience:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, stop_ids: Sequence[int], pad_id: int,
+                 key: int, sample_ids: torch.Tensor) -> Experience:
         """Same contract as ``dtppo.rollout.sampler.generate``: right-padded ``[prompt | response | pad]`` rows,
-        the EOS token kept when sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""
+        the first stop token kept when sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
-        # ignore_eos + stop_token_ids: dtppo's EOS is the only stop (a model's generation config may name others).
+        # ignore_eos + stop_token_ids: dtppo's stop set is the only stop (vLLM's own EOS would come from the config
+        # it was given, which names one EOS, not the generation config's list).
         requests = [
             VLLMSamplingParams(n=1, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
-                               max_tokens=params.max_new_tokens, stop_token_ids=[eos_id], ignore_eos=True, logprobs=0,
-                               detokenize=False, seed=seed)
+                               max_tokens=params.max_new_tokens, stop_token_ids=list(stop_ids), ignore_eos=True,
+                               logprobs=0, detokenize=False, seed=seed)
             for seed in request_seeds(key, sample_ids)
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests,
@@ -119,7 +124,7 @@ class VLLMEngine:
             tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             logprobs[row, : len(ids)] = torch.tensor([step[tok].logprob for tok, step in zip(ids, sample.logprobs)])
         ids, _, prompt_lengths = left_padded(prompts, pad_id, torch.device("cpu"))
-        return right_padded(ids, prompt_lengths, tokens, logprobs, eos_id, pad_id)
+        return right_padded(ids, prompt_lengths, tokens, logprobs, stop_ids, pad_id)
 
     def refit(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new weights in place (HF parameter names, full tensors); ``weights`` is consumed lazily, so a

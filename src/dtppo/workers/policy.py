@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
-from dtppo.models.causal_lm import build_causal_lm
+from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.ops import logprobs_from_logits
 from dtppo.packing import pack_rows
 from dtppo.rollout.sampler import SamplingParams, generate
@@ -41,6 +41,7 @@ class PolicyWorker(Worker):
         # Generation runs on a whole (unsharded) copy of the policy, refreshed after each update (``refit``), so
         # ranks decode independently with no collective per token and may stop at different lengths. torch:
         # a replica (the model itself when unsharded); vllm: the engine's own copy, so no replica is kept.
+        self.stop_ids = stop_token_ids(full, tokenizer)
         full = full.to(self.layout.device)
         gen = cfg.policy.generation
         self.rollout_model = None
@@ -100,10 +101,10 @@ class PolicyWorker(Worker):
     def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
                ) -> Experience:
         """Responses to ``prompts`` from this rank's generator, with the selected backend; sample_ids: [B]."""
-        eos_id, pad_id = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        pad_id = self.tokenizer.pad_token_id
         if self.vllm is not None:
-            return self.vllm.generate(prompts, params, eos_id, pad_id, key, sample_ids)
-        return generate(self.rollout_model, prompts, params, eos_id, pad_id, key, sample_ids).to("cpu")
+            return self.vllm.generate(prompts, params, self.stop_ids, pad_id, key, sample_ids)
+        return generate(self.rollout_model, prompts, params, self.stop_ids, pad_id, key, sample_ids).to("cpu")
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""

@@ -7,9 +7,8 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import value_loss
 from dtppo.config import Config
-from dtppo.faults import InputError, value_grad_scale
+from dtppo.faults import value_grad_scale
 from dtppo.models.causal_lm import tiny_qwen2_config
-from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.value import ValueModel, build_backbone, reward_model_head
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
@@ -31,8 +30,6 @@ class ValueWorker(Worker):
         self.layout = layout or RankLayout(cfg.value.parallel)
         # A reward-model directory (value.model.path = reward.model.path, TRL's convention) also gives its head.
         head = reward_model_head(cfg.value_init_path)
-        if head is not None:
-            _check_same_vocabulary(cfg.value_init_path, tokenizer)
         self.model = self.layout.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
                                        shift=cfg.value.shift_values,
                                        sequence_packing=cfg.value.sequence_packing, head=head))
@@ -63,11 +60,3 @@ class ValueWorker(Worker):
             experience, self.loss, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
         )
 
-
-def _check_same_vocabulary(path: str, tokenizer: PreTrainedTokenizerBase) -> None:
-    """A critic started from a reward model reads the policy's token ids, so the RM's tokenizer must be the
-    policy's: with another vocabulary every id would mean another token to its backbone."""
-    if load_tokenizer(path).get_vocab() != tokenizer.get_vocab():
-        raise InputError(f"value.model.path: {path} is a reward model whose tokenizer differs from the policy's; "
-                         f"the critic reads the policy's token ids, so start it from a model with the policy's "
-                         f"vocabulary (or leave value.model.path null)")

@@ -1,0 +1,148 @@
+"""What a recipe asks of its models, checked against the models themselves at load, before any compute.
+
+Read from the model directories (``config.json`` and the tokenizer files, JSON only; the weights are never
+loaded here): tensor parallelism against the real head and MLP sizes, the sharding plan against the real
+architecture (built on the meta device), the critic's vocabulary against the policy's, the chat template against
+the prompts it must render, and the head size against the vLLM CPU build's kernels. Each failure is one
+ConfigError naming its key. Hub names (not local directories) are checked when the model loads instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
+
+from dtppo.config.schema import Config, ConfigError, TinyModelConfig
+from dtppo.data.loader import format_prompt
+from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
+from dtppo.faults import InputError
+from dtppo.models.tokenizer import load_tokenizer
+
+SUPPORTED_LAYOUTS = ("Qwen2/Llama-style blocks (model.layers[i].self_attn.{q,k,v,o}_proj, "
+                     "mlp.{gate,up,down}_proj)")
+
+
+def check_models(cfg: Config) -> None:
+    """Each rule above, for the policy and (with a critic) the value model. Raises ConfigError."""
+    policy_path = cfg.policy.model.path
+    if policy_path is not None and not _local(policy_path):
+        return  # a hub name: transformers resolves (and checks) it when the model loads
+    tokenizer = _tokenizer(policy_path, "policy.model.path")
+    _check_chat_template(cfg, tokenizer)
+    critic = cfg.ppo.advantage_estimator == "gae"
+    for section in ["policy", "value"] if critic else ["policy"]:
+        own = getattr(cfg, section).model.path
+        path, key = (own, f"{section}.model.path") if own is not None else (policy_path, "policy.model.path")
+        if _local(path):
+            _check_layout(cfg, section, key, path, _model_config(path, key))
+    if critic and _local(cfg.value.model.path):
+        _check_same_vocabulary(cfg, tokenizer, _tokenizer(cfg.value.model.path, "value.model.path"))
+    if cfg.policy.generation.backend == "vllm":
+        config = _model_config(policy_path, "policy.model.path") if policy_path is not None else None
+        _check_vllm_head_dim(cfg, _head_dim(config, cfg.policy.model.tiny))
+
+
+def _local(path: str | None) -> bool:
+    return path is not None and Path(path).is_dir()
+
+
+def _tokenizer(path: str | None, key: str) -> PreTrainedTokenizerBase:
+    try:
+        return load_tokenizer(path)
+    except InputError as err:
+        raise ConfigError(f"{key}: {err}") from None
+
+
+def _model_config(path: str, key: str) -> PretrainedConfig:
+    try:
+        return AutoConfig.from_pretrained(path)
+    except Exception as err:  # transformers refuses a config.json in many ways; each is one line here
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ConfigError(f"{key}: cannot read {path}/config.json: {type(err).__name__}: {detail}") from None
+
+
+def _check_layout(cfg: Config, section: str, key: str, path: str, config: PretrainedConfig) -> None:
+    """``tp`` splits whole heads, kv heads and MLP columns; a multi-rank pool has a sharding plan for the model."""
+    tp = getattr(cfg, section).parallel.tp
+    tp_key = f"{section}.parallel.tp"
+    if len(cfg.cluster.pool(section)) == 1:
+        return
+    with torch.device("meta"):
+        skeleton = (AutoModelForCausalLM if section == "policy" else AutoModel).from_config(config)
+    if tp > 1 and not tensor_parallel_plan_fits(skeleton):
+        raise ConfigError(f"{tp_key}: tensor parallelism supports {SUPPORTED_LAYOUTS}; {config.model_type} "
+                          f"({key}) is laid out otherwise: use {tp_key}=1 (FSDP alone shards any model)")
+    if tp > 1:
+        heads = config.num_attention_heads
+        for name, size in [("num_attention_heads", heads), ("intermediate_size", config.intermediate_size),
+                           ("num_key_value_heads", getattr(config, "num_key_value_heads", None) or heads)]:
+            if size % tp != 0:
+                raise ConfigError(f"{tp_key}: {tp} must divide the model's {name} ({size}; {key} = {path}): "
+                                  f"tensor parallelism splits whole heads and MLP columns")
+    if decoder_layers(skeleton) is None:
+        print(f"dtppo: WARNING: {key}: {config.model_type} has no decoder blocks where the sharding plan looks "
+              f"({SUPPORTED_LAYOUTS}, or GPT-2-style transformer.h): FSDP2 shards the whole model as one unit, "
+              f"so each rank gathers all of it at once", file=sys.stderr, flush=True)
+
+
+def _check_same_vocabulary(cfg: Config, policy: PreTrainedTokenizerBase, critic: PreTrainedTokenizerBase) -> None:
+    """The critic reads the policy's token ids: any other vocabulary makes every id another token to it."""
+    if critic.get_vocab() == policy.get_vocab():
+        return
+    source = cfg.policy.model.path or "the built-in character tokenizer (policy.model.path is null)"
+    differ = sum(1 for token, i in policy.get_vocab().items() if critic.get_vocab().get(token) != i)
+    raise ConfigError(f"value.model.path: its tokenizer ({len(critic)} tokens) is not the policy's ({source}, "
+                      f"{len(policy)} tokens; {differ} of the policy's tokens have another id or none): the critic "
+                      f"reads the policy's token ids, so start it from a model with the policy's vocabulary, or "
+                      f"leave value.model.path null (the critic then starts from the policy)")
+
+
+def _check_chat_template(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Every prompt goes through the policy tokenizer's chat template, with ``data.system_prompt`` when set."""
+    where = cfg.policy.model.path
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"policy.model.path: the tokenizer of {where} has no chat template (tokenizer_config.json "
+                          f"`chat_template` or chat_template.jinja), and dtppo renders every prompt through it: use a "
+                          f"model that has one, or add one to the directory")
+    try:
+        format_prompt(tokenizer, "What is 1 + 1?", None)
+    except Exception as err:
+        raise ConfigError(f"policy.model.path: the chat template of {where} cannot render a user turn: "
+                          f"{type(err).__name__}: {_first_line(err)}") from None
+    if cfg.data.system_prompt:
+        try:
+            format_prompt(tokenizer, "What is 1 + 1?", cfg.data.system_prompt)
+        except Exception as err:
+            raise ConfigError(f"data.system_prompt: the chat template of {where} refuses a system turn "
+                              f"({type(err).__name__}: {_first_line(err)}): set data.system_prompt to null") from None
+
+
+def _head_dim(config: PretrainedConfig | None, tiny: TinyModelConfig) -> int:
+    if config is None:
+        return tiny.hidden_size // tiny.num_heads
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _check_vllm_head_dim(cfg: Config, head_dim: int) -> None:
+    """vLLM's CPU build has attention kernels for a fixed set of head sizes; a GPU build is not limited here."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim not in sizes:
+        shape = ("policy.model.path" if cfg.policy.model.path else
+                 "policy.model.tiny.hidden_size / policy.model.tiny.num_heads")
+        raise ConfigError(f"policy.generation.backend: vLLM's CPU build has attention kernels for head sizes "
+                          f"{sizes}, and the policy's is {head_dim} ({shape}): use policy.generation.backend=torch, "
+                          f"or a model with one of those head sizes")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,61 @@
+"""What a checkpoint says about its models besides their weights: each role's HF config, the policy's generation
+config and the tokenizer, so ``dtppo export`` rebuilds the models from the checkpoint alone.
+
+Written as files (JSON and the tokenizer's own files, nothing pickled) under ``step_N/hf/``: ``policy/`` holds
+``config.json``, ``generation_config.json`` and the tokenizer; ``critic/`` the critic backbone's ``config.json``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GenerationConfig, PreTrainedModel, \
+    PreTrainedTokenizerBase
+
+from dtppo.config import Config
+from dtppo.models.causal_lm import tiny_qwen2_config
+from dtppo.models.loading import loading_from
+from dtppo.models.tokenizer import load_tokenizer
+
+POLICY, CRITIC = "policy", "critic"
+
+
+def describe_models(cfg: Config, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, bytes]:
+    """{path relative to ``hf/``: bytes} for a run whose policy is ``policy`` (its config and generation config
+    as built) and whose critic, with ``ppo.advantage_estimator=gae``, starts from ``cfg.value_init_path``."""
+    with tempfile.TemporaryDirectory(prefix="dtppo-describe-") as directory:
+        root = Path(directory)
+        policy.config.save_pretrained(root / POLICY)
+        policy.generation_config.save_pretrained(root / POLICY)
+        tokenizer.save_pretrained(root / POLICY)
+        if cfg.ppo.advantage_estimator == "gae":
+            critic_config(cfg, tokenizer).save_pretrained(root / CRITIC)
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def critic_config(cfg: Config, tokenizer: PreTrainedTokenizerBase):
+    """The config the critic's backbone is built from (``workers.value``): its starting directory's, or the tiny one."""
+    if cfg.value_init_path is None:
+        return tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    with loading_from(cfg.value_init_path):
+        return AutoConfig.from_pretrained(cfg.value_init_path)
+
+
+def described(hf_dir: Path) -> bool:
+    return (hf_dir / POLICY / "config.json").is_file()
+
+
+def build_described(hf_dir: Path) -> tuple[PreTrainedTokenizerBase, PreTrainedModel, PreTrainedModel | None]:
+    """(tokenizer, policy, critic backbone or None) from a checkpoint's ``hf/``, randomly initialised in fp32
+    (the weights are loaded next)."""
+    policy_dir, critic_dir = hf_dir / POLICY, hf_dir / CRITIC
+    with loading_from(str(policy_dir)):
+        policy = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(policy_dir), dtype=torch.float32)
+        policy.generation_config = GenerationConfig.from_pretrained(policy_dir)
+    backbone = None
+    if (critic_dir / "config.json").is_file():
+        with loading_from(str(critic_dir)):
+            backbone = AutoModel.from_config(AutoConfig.from_pretrained(critic_dir), dtype=torch.float32)
+    return load_tokenizer(str(policy_dir)), policy, backbone
