@@ -45,6 +45,11 @@ class PackedRows:
     def num_rows(self) -> int:
         return self.input_ids.shape[0]
 
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-token values of the padded layout in the packed one. x: [B, T] -> [R, L], 0 on the filler."""
+        picked = x.reshape(-1)[self.source.clamp(min=0)]
+        return torch.where(self.source >= 0, picked, torch.zeros_like(picked))
+
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """Per-token results back to the padded layout. x: [R, L, ...] -> [B, T, ...], 0 on padding.
 

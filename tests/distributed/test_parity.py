@@ -66,6 +66,12 @@ def test_critic_tp2_sequence_parallel_matches_single_process(reference):
     _assert_same(reference, got, check_policy=False)
 
 
+def test_policy_tp2_sequence_parallel_matches_single_process(reference):
+    """The chunked LM head (models/logprobs.py) reads the hidden state the TP(+SP) blocks hand back whole."""
+    got = run(worker_round, 2, MICRO + ["policy.parallel.tp=2", "policy.parallel.sequence_parallel=true"])
+    _assert_same(reference, got, check_value=False)
+
+
 def test_microbatch_1_x_8_matches_8_x_1(reference):
     one = run(worker_round, 1, ["policy.train_micro_batch_size=1", "value.train_micro_batch_size=1"])
     eight = run(worker_round, 1, ["policy.train_micro_batch_size=8", "value.train_micro_batch_size=8"])

@@ -38,6 +38,7 @@ def check(cfg: Config) -> None:
         ("ppo.val_batch_size", ppo.val_batch_size),
         ("policy.generation.max_new_tokens", cfg.policy.generation.max_new_tokens),
         ("policy.logprob_batch_size", cfg.policy.logprob_batch_size),
+        ("policy.logprob_chunk_size", cfg.policy.logprob_chunk_size),
         ("value.inference_batch_size", cfg.value.inference_batch_size),
         ("checkpointing.save_period", cfg.checkpointing.save_period),
         ("checkpointing.keep_last", cfg.checkpointing.keep_last),

@@ -135,6 +135,9 @@ class PolicyConfig:
     rank count works); must divide that share when smaller (``Config.micro_batch_size``)."""
     logprob_batch_size: int = 64
     """Most samples per no-grad forward on one rank when recomputing log-probs."""
+    logprob_chunk_size: int = 128
+    """Response tokens per LM-head pass when computing log-probs (recompute and training): the extra memory is one
+    ``[logprob_chunk_size, vocabulary]`` buffer instead of one per token of the batch (``models.logprobs``)."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global L2 norm."""
     sequence_packing: bool = True

@@ -50,13 +50,14 @@ class RankLayout:
     def my_rows(self, num_rows: int) -> slice:
         return block_rows(num_rows, self.dp_rank, self.dp_size)
 
-    def map_rows(self, experience: Experience, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 chunk_size: int) -> torch.Tensor:
-        """``fn(input_ids, attention_mask) -> [b, T]`` over this rank's block of whole rows, in chunks of at most
-        ``chunk_size``; the blocks are gathered back into ``[B, T]`` on every rank, 0 on padding (pads hold
-        no token and no state, whatever the row layout)."""
+    def map_rows(self, experience: Experience, fn: Callable[[Experience], torch.Tensor], chunk_size: int
+                 ) -> torch.Tensor:
+        """``fn(rows) -> [b, t]`` over this rank's block of whole rows, in chunks of at most ``chunk_size`` rows
+        (each trimmed to its longest row); the blocks are gathered back into ``[B, T]`` on every rank, 0 on
+        padding (pads hold no token and no state, whatever the row layout)."""
         local = experience.shard(self.dp_rank, self.dp_size).to(self.device)
-        chunks = [fn(local.input_ids[i : i + chunk_size], local.attention_mask[i : i + chunk_size]).cpu()
+        width = local.input_ids.shape[1]
+        chunks = [pad_to(fn(local.slice(i, i + chunk_size)).cpu(), width)
                   for i in range(0, local.batch_size, chunk_size)]
         out = pad_to(self.gather(torch.cat(chunks)), experience.input_ids.shape[1])
         return out * experience.attention_mask

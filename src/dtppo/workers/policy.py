@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
-from dtppo.ops import logprobs_from_logits
+from dtppo.models.logprobs import token_logprobs
 from dtppo.packing import pack_rows
 from dtppo.rollout.sampler import SamplingParams, generate
 from dtppo.types import Experience
@@ -25,7 +25,7 @@ class PolicyWorker(Worker):
     """Owns the policy model, its optimizer and (when KL is used) a frozen reference copy.
 
     Log-probs are taken under ``softmax(logits / temperature)``, the distribution generation samples from,
-    so ``train/token_mult_prob_error`` measures only numerical drift.
+    so ``train/token_mult_prob_error`` measures only numerical drift; only response tokens' (the rest is 0).
     """
 
     def __init__(self, cfg: Config, tokenizer: PreTrainedTokenizerBase, layout: RankLayout | None = None):
@@ -125,31 +125,30 @@ class PolicyWorker(Worker):
         return self._logprobs(self.reference, experience)
 
     def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:
-        def logprobs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self._token_logprobs(model, input_ids, attention_mask)
+        return self.layout.map_rows(experience, lambda rows: self._token_logprobs(model, rows),
+                                    self.cfg.policy.logprob_batch_size)
 
-        return self.layout.map_rows(experience, logprobs, self.cfg.policy.logprob_batch_size)
+    def _token_logprobs(self, model: torch.nn.Module, rows: Experience) -> torch.Tensor:
+        """log π(x_t | x_<t) under ``model`` of each response token of ``rows``; 0 elsewhere. -> [B, T] float32.
 
-    def _token_logprobs(self, model: torch.nn.Module, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor) -> torch.Tensor:
-        """log π(x_t | x_<t) under ``model``. input_ids, attention_mask: [B, T] -> [B, T] float32.
-
+        Only response tokens reach the LM head, ``policy.logprob_chunk_size`` at a time (``models.logprobs``).
         With ``policy.sequence_packing`` the rows' sequences are packed (no pad tokens computed) and the
-        results unpacked; each sequence's first token holds 0, as t = 0 does in the padded layout.
+        results unpacked.
         """
+        chunk = self.cfg.policy.logprob_chunk_size
         if not self.cfg.policy.sequence_packing:
-            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-            return logprobs_from_logits(logits / self.temperature, input_ids)
-        packed = pack_rows(input_ids, attention_mask)
-        logits = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                       position_ids=packed.position_ids).logits
-        return packed.unpack(logprobs_from_logits(logits / self.temperature, packed.input_ids, packed.sequence_starts))
+            return token_logprobs(model, rows.input_ids, rows.attention_mask, rows.response_mask.bool(),
+                                  self.temperature, chunk)
+        packed = pack_rows(rows.input_ids, rows.attention_mask)
+        return packed.unpack(token_logprobs(model, packed.input_ids, packed.attention_mask,
+                                            packed.pack(rows.response_mask.bool()), self.temperature, chunk,
+                                            packed.position_ids, packed.sequence_starts))
 
     # ---- training
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped PPO loss of one microbatch (local sum, with grad) and its statistics."""
         loss_cfg = self.cfg.loss
-        logprobs = self._token_logprobs(self.model, micro.input_ids, micro.attention_mask)
+        logprobs = self._token_logprobs(self.model, micro)
         return policy_loss(
             logprobs, micro.old_logprobs, micro.advantages, micro.response_mask,
             loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,

@@ -42,7 +42,8 @@ class ValueWorker(Worker):
         Each dp rank scores its block of whole rows and the blocks are gathered, so the shift inside
         ``values()`` always sees complete sequences, never a shard boundary.
         """
-        return self.layout.map_rows(experience, self.model.values, self.cfg.value.inference_batch_size)
+        return self.layout.map_rows(experience, lambda rows: self.model.values(rows.input_ids, rows.attention_mask),
+                                    self.cfg.value.inference_batch_size)
 
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""
