@@ -1,9 +1,11 @@
-"""One line, naming the path, for a model or tokenizer that cannot be loaded."""
+"""One line, naming the path, for a model or tokenizer that cannot be loaded; dropout off for RL training."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from torch import nn
 
 from dtppo.faults import InputError
 
@@ -19,3 +21,16 @@ def loading_from(path: str) -> Iterator[None]:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise InputError(f"{path}: cannot load a model or tokenizer from it: {type(err).__name__}: {detail}"
                          ) from err
+
+
+def disable_dropout(model: nn.Module) -> nn.Module:
+    """Every dropout of ``model`` set to 0, in place: ``nn.Dropout`` modules and HF attention's own
+    ``attention_dropout`` rate. PPO's ratio compares the same policy's log-probs in two passes (π_old without
+    grad, π in training mode); dropout would draw other masks in each, so the ratio would differ from 1 before any
+    update (TRL's ``disable_dropout``, on by default). Qwen2 and Llama have none; GPT-2 has 0.1 in three places."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+    return model

@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
+from dtppo.models.loading import disable_dropout
 from dtppo.models.logprobs import token_logprobs
 from dtppo.packing import pack_rows
 from dtppo.rollout.sampler import SamplingParams, generate
@@ -34,10 +35,10 @@ class PolicyWorker(Worker):
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
         self.layout = layout or RankLayout(cfg.policy.parallel)
-        full = build_causal_lm(
+        full = disable_dropout(build_causal_lm(
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
-        )
+        ))
         # Generation runs on a whole (unsharded) copy of the policy, refreshed after each update (``refit``), so
         # ranks decode independently with no collective per token and may stop at different lengths. torch:
         # a replica (the model itself when unsharded); vllm: the engine's own copy, so no replica is kept.

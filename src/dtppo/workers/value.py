@@ -9,6 +9,7 @@ from dtppo.algorithms.losses import value_loss
 from dtppo.config import Config
 from dtppo.faults import value_grad_scale
 from dtppo.models.causal_lm import tiny_qwen2_config
+from dtppo.models.loading import disable_dropout
 from dtppo.models.value import ValueModel, build_backbone, reward_model_head
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
@@ -26,7 +27,7 @@ class ValueWorker(Worker):
         torch.manual_seed(cfg.ppo.seed)
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-        backbone = build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed)
+        backbone = disable_dropout(build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed))
         self.layout = layout or RankLayout(cfg.value.parallel)
         # A reward-model directory (value.model.path = reward.model.path, TRL's convention) also gives its head.
         head = reward_model_head(cfg.value_init_path)
