@@ -30,7 +30,10 @@ from dtppo.rewards.math_answer import last_boxed, math_reward
 from hostile_catalogue import BIG, DEEP, MB, Case
 from math_pairs import DEVIATIONS, EQUAL, NOT_EQUAL, PAIRS
 
-BOUND_S = 0.5  # one scoring, its input never seen before; the worst admitted pair took ~0.3 s on 2 busy cores
+# One scoring, its input never seen before. What this guards against is a hang: before the joint bounds, one pair
+# ran over 100 s inside a single C call. The worst admitted pair takes ~0.15 s idle and ~0.3 s on 2 busy cores,
+# and once took 0.61 s inside a full `make test`; 5 s keeps a hang unmistakable without failing on a slow moment.
+BOUND_S = 5.0
 PEAK_MIB = 4.0  # allocation peak of scoring one megabyte input (the input itself not counted)
 WRONG = "-987654321"
 
