@@ -32,17 +32,18 @@ def check_models(cfg: Config) -> None:
         return  # a hub name: transformers resolves (and checks) it when the model loads
     tokenizer = _tokenizer(policy_path, "policy.model.path")
     _check_chat_template(cfg, tokenizer)
+    policy_config = _model_config(policy_path, "policy.model.path") if policy_path is not None else None
     critic = cfg.ppo.advantage_estimator == "gae"
-    for section in ["policy", "value"] if critic else ["policy"]:
-        own = getattr(cfg, section).model.path
-        path, key = (own, f"{section}.model.path") if own is not None else (policy_path, "policy.model.path")
-        if _local(path):
-            _check_layout(cfg, section, key, path, _model_config(path, key))
+    if policy_config is not None:
+        _check_layout(cfg, "policy", "policy.model.path", policy_path, policy_config)
     if critic and _local(cfg.value.model.path):
+        _check_layout(cfg, "value", "value.model.path", cfg.value.model.path,
+                      _model_config(cfg.value.model.path, "value.model.path"))
         _check_same_vocabulary(cfg, tokenizer, _tokenizer(cfg.value.model.path, "value.model.path"))
+    elif critic and cfg.value.model.path is None and policy_config is not None:
+        _check_layout(cfg, "value", "policy.model.path", policy_path, policy_config)  # the critic starts from it
     if cfg.policy.generation.backend == "vllm":
-        config = _model_config(policy_path, "policy.model.path") if policy_path is not None else None
-        _check_vllm_head_dim(cfg, _head_dim(config, cfg.policy.model.tiny))
+        _check_vllm_head_dim(cfg, _head_dim(policy_config, cfg.policy.model.tiny))
 
 
 def _local(path: str | None) -> bool:
