@@ -14,6 +14,9 @@ They are read when used and do nothing when unset (the normal case):
   a kill inside the write is easy to hit.
 - ``DTPPO_TEST_VALUE_GRAD=off|flip``: the critic's loss keeps its value but its gradient is multiplied by 0
   (the critic never learns) or -1 (it climbs the loss): the learning test's negative control for the critic.
+- ``DTPPO_TEST_GEN_LOGPROB_ERROR=DELTA``: the log-probs the generator recorded for training sample i are
+  lowered by ``DELTA·(i mod 3)`` on every response token, as a generator whose numerics differ from the
+  trainer's would report them (π_old/π_gen = exp(DELTA·(i mod 3)) per token): the mismatch correction's test.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from __future__ import annotations
 import os
 import time
 
+import torch
+
 NONFINITE_ENV = "DTPPO_TEST_NONFINITE"
 PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
 VALUE_GRAD_ENV = "DTPPO_TEST_VALUE_GRAD"
+GEN_LOGPROB_ERROR_ENV = "DTPPO_TEST_GEN_LOGPROB_ERROR"
 _VALUE_GRAD_SCALES = {"": 1.0, "off": 0.0, "flip": -1.0}
 
 
@@ -83,3 +89,11 @@ def value_grad_scale() -> float:
     if spec not in _VALUE_GRAD_SCALES:
         raise ValueError(f"{VALUE_GRAD_ENV} must be off or flip, got {spec!r}")
     return _VALUE_GRAD_SCALES[spec]
+
+
+def gen_logprob_error(num_samples: int) -> torch.Tensor | None:
+    """[B] amounts ``DTPPO_TEST_GEN_LOGPROB_ERROR`` subtracts from each sample's generation log-probs; None unset."""
+    spec = os.environ.get(GEN_LOGPROB_ERROR_ENV, "").strip()
+    if not spec:
+        return None
+    return float(spec) * (torch.arange(num_samples) % 3).float()

@@ -13,10 +13,13 @@ from dtppo.algorithms.advantages import (compute_advantages, first_token_abs_mea
                                          length_adaptive_lambda, token_level_rewards)
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
+from dtppo.algorithms.mismatch import (mismatch_sample_mask, rollout_is_stats, rollout_is_weights,
+                                       seq_mult_prob_error)
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
+from dtppo.faults import RunStopped
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import mean_over, to_floats
 from dtppo.models.description import describe_models
@@ -116,6 +119,9 @@ class PPOTrainer:
             if cfg.loss.kl_coef > 0.0:
                 experience = experience.replace(ref_logprobs=self.policy.get_reference_logprobs(experience))
 
+        with timer("rollout_correction"):
+            experience = self._with_rollout_correction(experience)
+
         with timer("advantages"):
             experience = self._with_advantages(experience)
 
@@ -157,13 +163,32 @@ class PPOTrainer:
         gen = self.cfg.policy.generation
         return SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=False)
 
+    def _with_rollout_correction(self, experience: Experience) -> Experience:
+        """The rollout–training mismatch: samples whose probability error exceeds ``ppo.seq_logprob_error_threshold``
+        leave training (``sample_mask``), then the trained tokens get ``loss.rollout_is`` weights."""
+        cfg, threshold = self.cfg, self.cfg.ppo.seq_logprob_error_threshold
+        if threshold is not None:
+            error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, experience.response_mask)
+            experience = experience.replace(sample_mask=mismatch_sample_mask(error, threshold))
+            if not experience.sample_mask.any():
+                raise RunStopped(
+                    f"every sample's probability error exceeds ppo.seq_logprob_error_threshold = {threshold} "
+                    f"(smallest {float(error.min()):.4g}): the generator's log-probs do not match the policy's "
+                    f"(stale or wrong weights in the generator?); nothing is left to train on")
+        if cfg.loss.rollout_is is not None:
+            weights = rollout_is_weights(experience.old_logprobs, experience.gen_logprobs, experience.train_mask,
+                                         cfg.loss.rollout_is, cfg.loss.rollout_is_cap)
+            experience = experience.replace(is_weights=weights)
+        return experience
+
     def _with_advantages(self, experience: Experience) -> Experience:
         """GRPO: group-normalised outcome rewards. GAE: token rewards (with in-reward KL if configured), then
-        decoupled GAE and whitening."""
+        decoupled GAE and whitening. Both over the samples that train (``Experience.train_mask``)."""
         cfg = self.cfg
-        mask = experience.response_mask
+        mask = experience.train_mask
         if cfg.ppo.advantage_estimator == "grpo":
-            advantages = group_normalized_advantages(experience.rewards, mask, cfg.ppo.num_generations_per_prompt)
+            advantages = group_normalized_advantages(experience.rewards, mask, cfg.ppo.num_generations_per_prompt,
+                                                     sample_mask=experience.sample_mask)
             return experience.replace(advantages=advantages)
         kl = None
         if cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward:
@@ -179,29 +204,38 @@ class PPOTrainer:
         return experience.replace(advantages=advantages, returns=returns)
 
     def _rollout_metrics(self, experience: Experience) -> dict[str, torch.Tensor]:
-        """Metrics of the samples themselves and of their advantages."""
-        mask = experience.response_mask
-        lengths = mask.sum(-1)
+        """Metrics of the samples themselves (all of them), of the mismatch, and of the advantages (those
+        that train)."""
+        mask, trained = experience.response_mask, experience.train_mask
+        seq_error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, mask)
         metrics = {
             "train/reward": experience.rewards.mean(),
-            "train/advantages/mean": masked_mean(experience.advantages, mask),
-            "train/advantages/min": masked_min(experience.advantages, mask),
-            "train/advantages/max": masked_max(experience.advantages, mask),
-            "train/advantages/first_token_abs_mean": first_token_abs_mean(experience.advantages, mask),
+            "train/advantages/mean": masked_mean(experience.advantages, trained),
+            "train/advantages/min": masked_min(experience.advantages, trained),
+            "train/advantages/max": masked_max(experience.advantages, trained),
+            "train/advantages/first_token_abs_mean": first_token_abs_mean(experience.advantages, trained),
             "train/token_mult_prob_error": masked_mean(
                 torch.exp((experience.gen_logprobs - experience.old_logprobs).abs()), mask
             ),
-            "train/mean_gen_tokens_per_sample": lengths.mean(),
+            "train/seq_mult_prob_error/mean": seq_error.mean(),
+            "train/seq_mult_prob_error/max": seq_error.max(),
+            "train/mean_gen_tokens_per_sample": mask.sum(-1).mean(),
             "train/truncation_rate": experience.truncated.float().mean(),
         }
+        if experience.sample_mask is not None:
+            metrics["train/num_masked_seqs_by_logprob_error"] = (experience.sample_mask == 0).sum().float()
+        if experience.is_weights is not None:
+            stats = rollout_is_stats(experience.is_weights, trained, self.cfg.loss.rollout_is_cap)
+            metrics |= {f"train/rollout_is/{name}": value for name, value in stats.items()}
         if experience.ref_logprobs is not None:
             kl = kl_estimate(self.cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
             metrics["train/kl_penalty"] = masked_mean(kl, mask)
         return metrics
 
     def _critic_metrics(self, experience: Experience, critic_runs: list[dict]) -> dict[str, torch.Tensor]:
-        """The critic's predictions before its update, and its update statistics (``train/critic/*``)."""
-        mask = experience.response_mask
+        """The critic's predictions before its update, and its update statistics (``train/critic/*``), over the
+        samples that train."""
+        mask = experience.train_mask
         metrics = {
             "values_mean": masked_mean(experience.old_values, mask),
             "values_min": masked_min(experience.old_values, mask),

@@ -68,7 +68,7 @@ def test_samples_depend_only_on_key_and_sample_id():
     assert not torch.equal(other.input_ids, full.input_ids)
 
 
-def test_gumbel_sampling_matches_the_distribution():
+def test_sampling_matches_the_distribution():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(20000, 4)
     tokens, _ = choose_tokens(logits, SamplingParams(1), key=3, sample_ids=torch.arange(20000), t=0)
     freq = torch.bincount(tokens, minlength=4).float() / 20000
@@ -133,3 +133,52 @@ def test_a_second_stop_token_from_the_generation_config_ends_rows(tmp_path):
         assert bool(both.truncated[b]) == (after[-1] not in stops)
         ended_early += second in after
     assert ended_early >= 2  # the second token did end rows that the EOS alone let run on
+
+
+def test_inverse_cdf_against_a_float64_cumulative_sum(monkeypatch):
+    """Both levels of the search (blocks, then entries; small blocks so a row spans many, the last one partial):
+    the token is the float64 reference's, searchsorted(cumsum(softmax), u), except where u lies within float32
+    round-off of a boundary; excluded (-inf) tokens are never drawn, not even at u next to 0 or 1."""
+    from dtppo.rollout import sampler
+
+    monkeypatch.setattr(sampler, "_CDF_BLOCK", 16)
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(400, 203, generator=gen) * 3
+    logits[:, ::7] = float("-inf")
+    logits[:, 200:] = float("-inf")  # the partial last block holds only excluded tokens
+    u = torch.rand(400, generator=gen, dtype=torch.float64)
+    u[:4] = torch.tensor([1e-16, 1 - 1e-16, 0.5, 1e-9], dtype=torch.float64)
+    tokens = sampler.inverse_cdf(logits, u)
+    cdf = torch.softmax(logits.double(), -1).cumsum(-1)
+    reference = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)
+    near_boundary = (cdf - u[:, None]).abs().min(-1).values < 1e-6
+    assert torch.equal(tokens[~near_boundary], reference[~near_boundary]) and (~near_boundary).sum() > 390
+    assert torch.isfinite(logits.gather(-1, tokens[:, None])).all()
+    assert tokens[0] == (logits[0] > float("-inf")).nonzero()[0, 0]  # u → 0: the first allowed token
+    assert tokens[1] == (logits[1] > float("-inf")).nonzero()[-1, 0]  # u → 1: the last allowed token
+
+
+def test_inverse_cdf_hand_case():
+    """p = (0.25, 0, 0.25, 0.5): the intervals are [0, .25) -> 0, [.25, .5) -> 2, [.5, 1) -> 3; token 1 never."""
+    from dtppo.rollout.sampler import inverse_cdf
+
+    logits = torch.log(torch.tensor([[0.25, 0.0, 0.25, 0.5]])).expand(6, 4)
+    u = torch.tensor([0.1, 0.2499, 0.25, 0.4999, 0.5, 0.9999], dtype=torch.float64)
+    assert inverse_cdf(logits, u).tolist() == [0, 0, 2, 2, 3, 3]
+
+
+def test_sampling_at_a_large_vocabulary_matches_the_distribution():
+    """2,000 draws over 151,936 entries (149 blocks): the mass of three heavy tokens (first block, a middle one,
+    the last entry) and of the long tail is reproduced within sampling error (4 standard errors)."""
+    vocab, n = 151_936, 2_000
+    logits = torch.full((vocab,), -4.0)
+    logits[[3, 70_000, vocab - 1]] = torch.tensor([6.0, 5.0, 4.0])
+    p = torch.softmax(logits.double(), -1)
+    tokens = torch.cat([choose_tokens(logits.expand(500, vocab), SamplingParams(1), 11, torch.arange(i, i + 500), 2)[0]
+                        for i in range(0, n, 500)])
+    heavy = [3, 70_000, vocab - 1]
+    for tok in heavy:
+        freq, q = float((tokens == tok).double().mean()), float(p[tok])
+        assert abs(freq - q) < 4 * (q * (1 - q) / n) ** 0.5, (tok, freq, q)
+    tail, q = float((~torch.isin(tokens, torch.tensor(heavy))).double().mean()), 1 - float(p[heavy].sum())
+    assert abs(tail - q) < 4 * (q * (1 - q) / n) ** 0.5

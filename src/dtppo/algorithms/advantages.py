@@ -118,20 +118,24 @@ def group_normalized_advantages(
     response_mask: torch.Tensor,
     group_size: int,
     eps: float = GRPO_STD_EPS,
+    sample_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """GRPO outcome advantages (Shao et al. 2024, DeepSeekMath §4.1.2): ``A_i = (r_i − mean(r)) / (std(r) + eps)``.
 
     rewards: [B] float32, B = num_prompts · group_size, rows ``g·G … g·G + G − 1`` are one prompt's samples
     (the trainer repeats each prompt consecutively); response_mask: [B, T] -> [B, T] float32, ``A_i`` on every
-    response token of sample i, 0 elsewhere.
+    response token of sample i, 0 elsewhere. sample_mask: [B], 0 for samples left out of training: mean and
+    std are then over each group's remaining samples (a group with one left has std 0 and gets 0).
     Conventions (the paper states neither; TRL's GRPOTrainer): std is the unbiased (Bessel) estimate over the
     group, eps = 1e-4 is added to it, and no whitening over the step follows. A group whose rewards are all
     equal has zero numerator and gets 0: it carries no learning signal.
     """
     grouped = rewards.float().reshape(-1, group_size)
-    mean = grouped.mean(dim=1, keepdim=True)
-    std = grouped.std(dim=1, keepdim=True)
-    per_sample = ((grouped - mean) / (std + eps)).reshape(-1)
+    keep = torch.ones_like(grouped) if sample_mask is None else sample_mask.float().reshape(-1, group_size)
+    count = keep.sum(dim=1, keepdim=True)
+    mean = (grouped * keep).sum(dim=1, keepdim=True) / count.clamp(min=1)
+    std = (((grouped - mean) ** 2 * keep).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+    per_sample = ((grouped - mean) / (std + eps) * keep).reshape(-1)
     return torch.where(response_mask.bool(), per_sample[:, None], 0.0)
 
 

@@ -27,13 +27,16 @@ def policy_loss(
     kl_estimator: str = "k3",
     *,
     gen_logprobs: torch.Tensor,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip (Schulman et al. 2017, eq. 7) with asymmetric clip and dual clip (Ye et al. 2020).
 
     logprobs: [B, T] current log π (with grad); old_logprobs: [B, T] log π_old; advantages: [B, T];
     mask: [B, T] response tokens; ref_logprobs: [B, T] or None for the optional in-loss KL;
-    gen_logprobs: [B, T] log π_gen recorded by the generator that drew the tokens.
-    Per token: ``L = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high))``; for A < 0 and c > 1: ``min(L, −c·A)``.
+    gen_logprobs: [B, T] log π_gen recorded by the generator that drew the tokens; is_weights: [B, T] constant
+    rollout importance weights (:func:`~dtppo.algorithms.mismatch.rollout_is_weights`) or None.
+    Per token: ``L = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high))``; for A < 0 and c > 1: ``min(L, −c·A)``; times
+    the token's weight when given (the statistics stay unweighted).
     The in-loss KL is :func:`~dtppo.algorithms.kl.kl_loss_surrogate` (expected gradient ∇KL(π‖π_ref)).
     ``approx_entropy`` estimates H(π) from samples of π_gen: E_gen[−(π/π_gen)·log π] = H(π).
     """
@@ -44,7 +47,7 @@ def policy_loss(
     per_token = torch.maximum(loss_unclipped, loss_clipped)
     if clip_c is not None:
         per_token = torch.where(advantages < 0, torch.minimum(per_token, -clip_c * advantages), per_token)
-    loss = masked_sum(per_token, mask)
+    loss = masked_sum(per_token if is_weights is None else per_token * is_weights, mask)
     stats = {
         "probs_ratio_sum": masked_sum(ratio, mask),
         "probs_ratio_clamped_sum": masked_sum(ratio_clamped, mask),

@@ -55,6 +55,8 @@ def check(cfg: Config) -> None:
     for key, lam in [("ppo.lambda_value", ppo.lambda_value), ("ppo.lambda_policy", ppo.lambda_policy)]:
         _require(0.0 <= lam <= 1.0, key, f"must be in [0, 1], got {lam}")
     _require(ppo.length_adaptive_alpha >= 0.0, "ppo.length_adaptive_alpha", "must be >= 0")
+    _require(ppo.seq_logprob_error_threshold is None or ppo.seq_logprob_error_threshold >= 1.0,
+             "ppo.seq_logprob_error_threshold", "must be >= 1 (no error is 1) or null")
     _check_grpo(cfg)
     _require(0.0 <= loss.ratio_clip_low < 1.0, "loss.ratio_clip_low", "must be in [0, 1)")
     _require(loss.ratio_clip_high >= 0.0, "loss.ratio_clip_high", "must be >= 0")
@@ -62,6 +64,7 @@ def check(cfg: Config) -> None:
     _require(loss.kl_coef >= 0.0, "loss.kl_coef", "must be >= 0")
     _require(loss.value_clip is None or loss.value_clip > 0.0, "loss.value_clip", "must be > 0 or null")
     _require(loss.value_loss_scale > 0.0, "loss.value_loss_scale", "must be > 0")
+    _require(loss.rollout_is_cap >= 1.0, "loss.rollout_is_cap", f"must be >= 1, got {loss.rollout_is_cap}")
     gen = cfg.policy.generation
     _require(gen.temperature > 0.0, "policy.generation.temperature", "must be > 0")
     _require(0.0 < gen.top_p <= 1.0, "policy.generation.top_p", "must be in (0, 1]")

@@ -217,6 +217,10 @@ class PPOConfig:
     max_consecutive_nonfinite_steps: int = 3
     """Optimizer steps with a NaN/inf loss or gradient are skipped; this many in a row (per model) stop the
     run (exit 3). 0 = never stop."""
+    seq_logprob_error_threshold: float | None = None
+    """A sample whose multiplicative probability error ``mean_t exp(|log π_gen − log π_old|)`` exceeds this (>= 1)
+    is left out of the advantages' normalisation and of both losses (NeMo-RL's key); null = none is (the
+    errors are logged either way)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,6 +243,12 @@ class LossConfig:
     """ε_v around the old values; null = unclipped."""
     value_loss_scale: float = 1.0
     """Multiplies the critic's loss."""
+    rollout_is: Literal["token", "sequence"] | None = None
+    """Truncated importance sampling against the generator: each token's policy loss is weighted by
+    ``min(π_old/π_gen, rollout_is_cap)`` (no gradient), the token's ratio (``token``) or its sequence's
+    product (``sequence``); null = unweighted (verl's ``rollout_correction.rollout_is``)."""
+    rollout_is_cap: float = 2.0
+    """C >= 1 of ``rollout_is`` (verl's ``rollout_is_threshold``, slime's ``--tis-clip``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

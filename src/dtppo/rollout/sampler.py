@@ -1,13 +1,15 @@
 """Batched sampling: one prefill, then one decode step per new token over a KV cache.
 
-Randomness is counter-based: the Gumbel noise for sample i, token t, vocab entry v is a hash of
-(key, i, t, v), with ``key`` derived from (seed, step). A sample's tokens therefore depend only on its global
-index, not on batch composition or on which rank generates it, and need no RNG state to resume.
+Randomness is counter-based: the one uniform that picks sample i's token t is a hash of (key, i, t), with
+``key`` derived from (seed, step), and the token is drawn by inverting the cumulative distribution at it. A
+sample's tokens therefore depend only on its global index, not on batch composition or on which rank generates
+it, and need no RNG state to resume. One number per row and step, not one per vocabulary entry: hashing every
+cell of a [rows, 151,936] vocabulary cost more than the decode step itself (bench/sampling.py).
 
 Speed (bench/rollout.py): Qwen2/Llama-shaped policies decode through ``StaticKVDecoder`` (preallocated
-cache, a dozen kernels per layer per token, optionally torch.compile'd); the noise for many steps is drawn
-in one batch; stop tokens are checked on the host only every few steps, and tokens sampled after a row's stop
-token are blanked once at the end. Other architectures use the HF forward with its own cache.
+cache, a dozen kernels per layer per token, optionally torch.compile'd); stop tokens are checked on the host
+only every few steps, and tokens sampled after a row's stop token are blanked once at the end. Other
+architectures use the HF forward with its own cache.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 
-# Noise is drawn for several steps at once while [B, steps, V] stays under this many cells (int64 temporaries
-# of 32 MiB each); a large vocabulary falls back to one step at a time.
-_NOISE_CELLS = 1 << 22
+# The inverse CDF is searched in two levels: block sums over the vocabulary, then the chosen block's entries, so
+# no [rows, vocabulary] cumulative sum is built.
+_CDF_BLOCK = 1024
 # Rows finish at a stop token; whether all have is read on the host only every this many steps (a host sync on GPU).
 _STOP_CHECK_PERIOD = 8
 
@@ -53,27 +55,23 @@ def splitmix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
-def counter_uniform_steps(key: int, sample_ids: torch.Tensor, t0: int, steps: int, vocab_size: int) -> torch.Tensor:
-    """Uniform (0, 1) noise for tokens t0 .. t0+steps-1: [B] -> [steps, B, V] float64.
+def counter_uniform_steps(key: int, sample_ids: torch.Tensor, t0: int, steps: int, width: int) -> torch.Tensor:
+    """Uniform (0, 1) numbers for tokens t0 .. t0+steps-1, ``width`` per row and token: [B] -> [steps, B, width]
+    float64 with 52 random bits (fine enough to invert a CDF whose smallest entries are ~1e-9).
 
-    Cell (s, i, v) depends only on (key, sample_ids[i], t0 + s, v), so any chunking of t gives the same bits.
+    Cell (s, i, j) depends only on (key, sample_ids[i], t0 + s, j), so any chunking of t gives the same bits.
     """
     device = sample_ids.device
     t = torch.arange(t0, t0 + steps, device=device)
     base = splitmix(sample_ids.long() + splitmix(torch.tensor(key, dtype=torch.long, device=device)))
     row = splitmix(base[None, :] + t[:, None])
-    cells = splitmix(row[:, :, None] + torch.arange(vocab_size, device=device))
-    return (_shr(cells, 40).double() + 0.5) / float(1 << 24)
+    cells = splitmix(row[:, :, None] + torch.arange(width, device=device))
+    return (_shr(cells, 12).double() + 0.5) / float(1 << 52)
 
 
-def counter_uniform(key: int, sample_ids: torch.Tensor, t: int, vocab_size: int) -> torch.Tensor:
-    """Uniform (0, 1) noise that depends only on (key, sample id, t, vocab index). sample_ids: [B] -> [B, V]."""
-    return counter_uniform_steps(key, sample_ids, t, 1, vocab_size)[0]
-
-
-def gumbel_noise(key: int, sample_ids: torch.Tensor, t0: int, steps: int, vocab_size: int) -> torch.Tensor:
-    """Gumbel(0, 1) noise for tokens t0 .. t0+steps-1: [steps, B, V] float32."""
-    return (-torch.log(-torch.log(counter_uniform_steps(key, sample_ids, t0, steps, vocab_size)))).float()
+def counter_uniform(key: int, sample_ids: torch.Tensor, t: int, width: int) -> torch.Tensor:
+    """Uniform (0, 1) numbers that depend only on (key, sample id, t, column). sample_ids: [B] -> [B, width]."""
+    return counter_uniform_steps(key, sample_ids, t, 1, width)[0]
 
 
 def stream_key(seed: int, step: int, stream: int = 0) -> int:
@@ -90,16 +88,43 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def pick_tokens(logits: torch.Tensor, params: SamplingParams, gumbel: torch.Tensor | None
+def _below(x: torch.Tensor) -> torch.Tensor:
+    """The largest float64 smaller than each entry of ``x`` (keeps a rounded target inside its interval)."""
+    return torch.nextafter(x, torch.zeros_like(x))
+
+
+def inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """The smallest token v with cumsum(p)[v] > u, for p = softmax(logits): an exact draw when u ~ U(0, 1).
+
+    logits: [B, V] float32 (-inf for excluded tokens, which are never drawn); uniform: [B] float64 in (0, 1).
+    Returns [B] int64. Weights exp(logits - max) are summed per block of ``_CDF_BLOCK`` entries; u·total picks
+    the block, then the block's own float64 cumulative sum picks the token.
+    """
+    batch, vocab = logits.shape
+    weights = torch.exp(logits - logits.max(-1, keepdim=True).values)
+    whole = vocab // _CDF_BLOCK * _CDF_BLOCK
+    sums = torch.cat([weights[:, :whole].view(batch, -1, _CDF_BLOCK).sum(-1),
+                      weights[:, whole:].sum(-1, keepdim=True)], dim=-1).double()        # [B, blocks]
+    cum = sums.cumsum(-1)
+    target = torch.minimum(uniform * cum[:, -1], _below(cum[:, -1]))
+    block = torch.searchsorted(cum, target[:, None], right=True).clamp(max=cum.shape[1] - 1)   # [B, 1]
+    before = torch.cat([torch.zeros_like(cum[:, :1]), cum[:, :-1]], dim=-1).gather(-1, block)
+    columns = block * _CDF_BLOCK + torch.arange(_CDF_BLOCK, device=logits.device)          # [B, block]
+    inside = weights.gather(-1, columns.clamp(max=vocab - 1)).masked_fill(columns >= vocab, 0).double().cumsum(-1)
+    offset = torch.minimum(target[:, None] - before, _below(inside[:, -1:]))
+    return (columns[:, :1] + torch.searchsorted(inside, offset, right=True)).squeeze(-1).clamp(max=vocab - 1)
+
+
+def pick_tokens(logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor | None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``choose_tokens`` with the noise given: gumbel [B, V] float32 (unused when greedy)."""
+    """``choose_tokens`` with the randomness given: uniform [B] float64 (unused when greedy)."""
     scaled = logits.float() if params.temperature == 1.0 else logits.float() / params.temperature
     if params.greedy:
         tokens = scaled.argmax(-1)
     else:
-        filtered = _top_p_filter(scaled, params.top_p) if params.top_p < 1.0 else scaled
-        tokens = (filtered + gumbel).argmax(-1)
-    return tokens, torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+        tokens = inverse_cdf(_top_p_filter(scaled, params.top_p) if params.top_p < 1.0 else scaled, uniform)
+    chosen = scaled.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, chosen - torch.logsumexp(scaled, dim=-1)
 
 
 def choose_tokens(
@@ -107,28 +132,11 @@ def choose_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token of each row and its log-prob under softmax(logits / temperature).
 
-    logits: [B, V] float32; sample_ids: [B]. Returns (tokens [B] int64, logprobs [B] float32). Sampling is
-    Gumbel-max on the (top-p filtered) tempered logits, which draws exactly from that distribution.
+    logits: [B, V] float32; sample_ids: [B]. Returns (tokens [B] int64, logprobs [B] float32). Sampling inverts
+    the CDF of the (top-p filtered) tempered distribution at one counter-based uniform per row.
     """
-    gumbel = None if params.greedy else gumbel_noise(key, sample_ids, t, 1, logits.shape[-1])[0]
-    return pick_tokens(logits, params, gumbel)
-
-
-class _NoiseStream:
-    """Gumbel noise for consecutive steps, drawn in chunks of as many steps as fit in ``_NOISE_CELLS``."""
-
-    def __init__(self, key: int, sample_ids: torch.Tensor, vocab_size: int, total_steps: int, greedy: bool):
-        self.key, self.sample_ids, self.vocab_size, self.total = key, sample_ids, vocab_size, total_steps
-        self.chunk = max(1, _NOISE_CELLS // max(1, len(sample_ids) * vocab_size))
-        self.greedy, self.start, self.noise = greedy, 0, None
-
-    def at(self, t: int) -> torch.Tensor | None:
-        if self.greedy:
-            return None
-        if self.noise is None or t >= self.start + len(self.noise):
-            self.start, steps = t, min(self.chunk, self.total - t)
-            self.noise = gumbel_noise(self.key, self.sample_ids, t, steps, self.vocab_size)
-        return self.noise[t - self.start]
+    uniform = None if params.greedy else counter_uniform(key, sample_ids, t, 1)[:, 0]
+    return pick_tokens(logits, params, uniform)
 
 
 def left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
@@ -172,13 +180,13 @@ def generate(
     else:
         decoder = HFCacheDecoder(model)
     logits = decoder.prefill(ids, attn, positions)
-    noise = _NoiseStream(key, sample_ids.to(device), logits.shape[-1], max_new, params.greedy)
+    uniforms = None if params.greedy else counter_uniform_steps(key, sample_ids.to(device), 0, max_new, 1)[..., 0]
     stop = torch.tensor(list(stop_ids), dtype=torch.long, device=device)
     tokens = torch.full((max_new, batch), pad_id, dtype=torch.long, device=device)
     logprobs = torch.zeros((max_new, batch), device=device)
     steps = max_new
     for t in range(max_new):
-        tok, lp = pick_tokens(logits, params, noise.at(t))
+        tok, lp = pick_tokens(logits, params, None if uniforms is None else uniforms[t])
         tokens[t], logprobs[t] = tok, lp
         if t == max_new - 1 or ((t + 1) % _STOP_CHECK_PERIOD == 0
                                 and bool(torch.isin(tokens[: t + 1], stop).any(0).all())):

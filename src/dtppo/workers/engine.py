@@ -107,7 +107,7 @@ class TrainEngine:
         for start in range(0, experience.batch_size, global_batch):
             minibatch = experience.slice(start, start + global_batch)
             # Every rank holds the whole step's batch, so the global token count needs no collective.
-            num_tokens = minibatch.response_mask.sum().clamp(min=1)
+            num_tokens = minibatch.train_mask.sum().clamp(min=1)
             # Rows spread by token count, not in blocks: a step lasts as long as its slowest rank.
             local = minibatch.take(balanced_rows(minibatch.attention_mask.sum(-1), self.dp_rank, self.dp_size))
             local, num_tokens = local.to(self.device), num_tokens.to(self.device)
@@ -124,7 +124,7 @@ class TrainEngine:
                     stats.append(micro_stats)
             losses.append(all_reduce(loss_total, "sum", self.dp_group))
             norms.append(self.optimizer_step(losses[-1]))
-        all_tokens = experience.response_mask.sum().to(self.device)
+        all_tokens = experience.train_mask.sum().to(self.device)
         metrics = {
             "loss": torch.stack(losses).mean(),
             "grad_norm": torch.stack(norms).mean(),

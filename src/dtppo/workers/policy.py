@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
+from dtppo.faults import gen_logprob_error
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.loading import disable_dropout
 from dtppo.models.logprobs import token_logprobs
@@ -111,7 +112,12 @@ class PolicyWorker(Worker):
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
         rows = self.layout.my_rows(len(prompts))
         part = self.sample(prompts[rows], params, key, sample_ids[rows])
-        return self.layout.gather_experience(part, self.tokenizer.pad_token_id)
+        experience = self.layout.gather_experience(part, self.tokenizer.pad_token_id)
+        error = gen_logprob_error(experience.batch_size)
+        if error is not None:  # test hook (dtppo.faults): a generator whose log-probs are off on purpose
+            shifted = experience.gen_logprobs - error[:, None] * experience.response_mask
+            experience = experience.replace(gen_logprobs=shifted)
+        return experience
 
     # ---- inference
     @torch.no_grad()
@@ -151,10 +157,10 @@ class PolicyWorker(Worker):
         loss_cfg = self.cfg.loss
         logprobs = self._token_logprobs(self.model, micro)
         return policy_loss(
-            logprobs, micro.old_logprobs, micro.advantages, micro.response_mask,
+            logprobs, micro.old_logprobs, micro.advantages, micro.train_mask,
             loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,
             micro.ref_logprobs, 0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef, loss_cfg.kl_estimator,
-            gen_logprobs=micro.gen_logprobs,
+            gen_logprobs=micro.gen_logprobs, is_weights=micro.is_weights,
         )
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:

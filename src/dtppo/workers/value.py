@@ -49,7 +49,7 @@ class ValueWorker(Worker):
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""
         values = self.model.values(micro.input_ids, micro.attention_mask)
-        loss, stats = value_loss(values, micro.old_values, micro.returns, micro.response_mask,
+        loss, stats = value_loss(values, micro.old_values, micro.returns, micro.train_mask,
                                  self.cfg.loss.value_clip, self.cfg.loss.value_loss_scale)
         scale = value_grad_scale()
         if scale != 1.0:  # test hook (dtppo.faults): same loss value, gradient scaled by 0 or -1
