@@ -7,6 +7,10 @@
    process runs its models under FSDP2 (a one-rank group) with bf16 parameters and fp32 reduction, the same
    policy as a multi-rank run.
 3. The tiny recipe for 2 steps with checkpoints, then resumed to 3 (DCP save/load on the device's group).
+4. Activation checkpointing and CPU offload (issue 22, part 2): `bench/memory.py features` rows on the device (one
+   training step of the 0.5B-shaped policy and critic, each feature off and on: device memory resident between
+   steps, held after the forward, each phase's peak, seconds), and the tiny recipe for 2 steps with both features
+   on for both models (the reference model too: KL on).
 
 Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds; its JSON goes
 to runs/ (never under the GPU result's name).
@@ -45,6 +49,7 @@ from dtppo.rollout.sampler import SamplingParams, generate, stream_key
 from dtppo.types import Experience
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory import features_rows  # noqa: E402
 from workload import train_flops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -314,6 +319,45 @@ def checkpoint_resume(cuda: bool) -> dict:
             and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())}
 
 
+FEATURE_FLAGS = [f"{w}.{k}=true" for w in ("policy", "value") for k in ("activation_checkpointing", "cpu_offload")]
+
+
+def memory_features(cuda: bool) -> dict:
+    """On CUDA: the features' rows at the real depth (24 blocks, one process); offload must lower the memory
+    resident on the device between steps, activation checkpointing what the forward leaves held for backward.
+    CPU fallback: skipped (the CPU table is `python bench/memory.py features`, and offload saves nothing where the
+    device is host memory)."""
+    if not cuda:
+        return {"skipped": "CPU fallback"}
+    rows = features_rows(24, (1,), os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py"))
+    by = {(r["role"], r["feature"]): r for r in rows}
+    passed = all(by[(role, "cpu_offload")]["device_resident_MiB"] < by[(role, "off")]["device_resident_MiB"] and
+                 by[(role, "activation_checkpointing")]["device_held_after_forward_MiB"]
+                 < by[(role, "off")]["device_held_after_forward_MiB"] for role in ("policy", "critic"))
+    return {"rows": rows, "passed": passed}
+
+
+def features_smoke(cuda: bool) -> dict:
+    """The tiny recipe for 2 PPO steps with activation checkpointing and CPU offload on for policy (and its
+    reference: KL on) and critic: the workers build, train, refit and validate with both. CPU fallback: skipped
+    (tests/distributed/test_memory_features.py builds the workers with both flags on 2 gloo ranks)."""
+    if not cuda:
+        return {"skipped": "CPU fallback"}
+    overrides = ["ppo.init_from_sft=false", "ppo.max_num_steps=2", "ppo.num_prompts_per_step=16",
+                 "ppo.max_val_samples=16", "ppo.val_batch_size=16", "policy.train_global_batch_size=8",
+                 "value.train_global_batch_size=8", "loss.kl_coef=0.05", "reward.num_workers=0",
+                 "logger.progress=false", "logger.tensorboard=false", "checkpointing.enabled=false", *FEATURE_FLAGS]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900)
+    last = next((r for r in reversed(records) if "train/loss" in r), {})
+    keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
+    return {"overrides": overrides, "exit_code": proc.returncode, "seconds": seconds,
+            "last_step_metrics": {k: last.get(k) for k in keys},
+            "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
+            "passed": proc.returncode == 0 and all(isinstance(last.get(k), float) and math.isfinite(last[k])
+                                                   for k in keys)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", action="store_true", help="the CPU fallback even where CUDA is available")
@@ -348,13 +392,16 @@ def main() -> int:
         "step": trainer_steps(cuda, args),
         "step_vllm": vllm_steps(cuda, args),
         "checkpoint_resume": checkpoint_resume(cuda),
+        "memory_features": memory_features(cuda),
+        "features_smoke": features_smoke(cuda),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     _print(result)
     print(f"wrote {out}")
     checks = (result["numerics_passed"], result["step"]["passed"], result["step_vllm"].get("passed", True),
-              result["checkpoint_resume"]["passed"])
+              result["checkpoint_resume"]["passed"], result["memory_features"].get("passed", True),
+              result["features_smoke"].get("passed", True))
     return 0 if all(checks) else 1
 
 
@@ -394,6 +441,24 @@ def _print(result: dict) -> None:
           f"{c['resumed']}, {sum(c['seconds']):.1f} s  {'ok' if c['passed'] else 'FAILED'}")
     if c["stderr_tail"]:
         print(c["stderr_tail"])
+    m = result["memory_features"]
+    if "skipped" in m:
+        print(f"memory features: skipped ({m['skipped']})")
+    else:
+        for r in m["rows"]:
+            print(f"memory features: {r['role']:<7}{r['feature']:<26}device MiB: resident "
+                  f"{r['device_resident_MiB']:>7.0f}, held after forward {r['device_held_after_forward_MiB']:>7.0f}, "
+                  f"fwd+bwd peak +{r['device_fwd_bwd_peak_added_MiB']:.0f}, optimizer peak "
+                  f"+{r['device_optimizer_peak_added_MiB']:.0f}; {r['fwd_bwd_s']:.2f} + {r['optimizer_s']:.2f} s")
+        print(f"memory features: offload lowers the resident, AC the held: {'ok' if m['passed'] else 'FAILED'}")
+    f = result["features_smoke"]
+    if "skipped" in f:
+        print(f"tiny recipe with AC + CPU offload: skipped ({f['skipped']})")
+        return
+    print(f"tiny recipe 2 steps, AC + CPU offload on: exit {f['exit_code']}, {f['seconds']:.1f} s  "
+          f"{'ok' if f['passed'] else 'FAILED'}")
+    if f["stderr_tail"]:
+        print(f["stderr_tail"])
 
 if __name__ == "__main__":
     sys.exit(main())

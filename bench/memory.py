@@ -16,6 +16,16 @@ the head's weight that training any LM head needs (tied, it meets the embedding'
 "body" is the pass without it). Each measurement is a fresh process (Linux): its peak RSS is reset
 once the model is built, and the pass adds its peak minus the RSS before it. Writes
 bench/results/memory_vocab.json.
+
+``python bench/memory.py features [--layers 24]``: activation checkpointing and CPU offload (issue 22, part 2). One
+training step of the same Qwen2.5-0.5B-shaped policy (chunked head) and critic on one micro-batch of 4 rows x 512
+tokens, after a 16-token warm-up step (so AdamW's state exists), with each feature off and on: at 1 process and per
+rank at dp=2 (offload only there: a single CPU process is not FSDP-wrapped and the flag does nothing). Each row,
+per rank: the RSS resident before the step (parameters, AdamW state, the import floor), the RSS still held after the
+forward (what backward needs, mostly activations: what checkpointing removes), the peak of forward + backward and
+of the optimizer step (clip + AdamW) over the RSS each started from, and their seconds; on CUDA the device's
+allocations too. Writes bench/results/memory_features.json (``--out`` elsewhere); bench/gpu.sh records the same
+rows on a GPU.
 """
 
 from __future__ import annotations
@@ -134,26 +144,34 @@ def _reset_peak() -> int:
 
 
 def _vocab_rank(variant: str, phase: str, layers: int, out: str) -> None:
+    _write_rank_result(out, vocab_pass(variant, phase, layers))
+
+
+def _write_rank_result(out: str, value) -> None:
     from dtppo.distributed.comm import rank
 
-    added = vocab_pass(variant, phase, layers)
-    Path(f"{out}.{rank()}").write_text(str(added))
+    Path(f"{out}.{rank()}").write_text(json.dumps(value))
+
+
+def in_child(rank_fn: str, args: tuple, ranks: int) -> list:
+    """``memory.<rank_fn>(*args, out)`` on ``ranks`` ranks of a fresh process (group); each rank's JSON result. On
+    CUDA one process still joins a one-rank group, as dtppo's ranks do (``run_ranks``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/result"
+        call = ", ".join(repr(a) for a in (*args, out))
+        code = ("import sys; sys.path.insert(0, 'bench'); import memory; "
+                "from dtppo.distributed.launch import run_ranks; "
+                f"run_ranks(memory.{rank_fn}, {ranks}, {call})")
+        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // ranks)))
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{rank_fn}{args} x{ranks} failed:\n{proc.stderr[-3000:]}")
+        return [json.loads(Path(f"{out}.{r}").read_text()) for r in range(ranks)]
 
 
 def vocab_child(variant: str, phase: str, layers: int, ranks: int) -> float:
     """The largest rank's added MiB, measured in a fresh process (or process group)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = f"{tmp}/added"
-        code = ("import sys; sys.path.insert(0, 'bench'); import memory; "
-                "from dtppo.distributed.launch import run_ranks; "
-                f"run_ranks(memory._vocab_rank, {ranks}, {variant!r}, {phase!r}, {layers}, {out!r})" if ranks > 1 else
-                "import sys; sys.path.insert(0, 'bench'); import memory; "
-                f"memory._vocab_rank({variant!r}, {phase!r}, {layers}, {out!r})")
-        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // ranks)))
-        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{variant} {phase} x{ranks} failed:\n{proc.stderr[-3000:]}")
-        return max(float(Path(f"{out}.{r}").read_text()) for r in range(ranks))
+    return max(in_child("_vocab_rank", (variant, phase, layers), ranks))
 
 
 def main_vocab(layers: int) -> None:
@@ -183,13 +201,157 @@ def main_vocab(layers: int) -> None:
     (out / "memory_vocab.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
+FEATURES = ("off", "activation_checkpointing", "cpu_offload")
+
+
+def features_step(role: str, feature: str, layers: int) -> dict:
+    """One training step of ``role`` ("policy" | "critic") with ``feature`` on, after a short warm-up step, phase by
+    phase (as TrainEngine.train runs one micro-batch): MiB resident before it, MiB still held after the forward (what
+    backward needs: activations), the forward + backward's peak and the optimizer step's (clip + AdamW) peak, each
+    over the RSS its phase started from, and each phase's seconds; on CUDA also the device's MiB."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Model
+
+    from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
+    from dtppo.distributed.comm import world_size
+    from dtppo.models.logprobs import token_logprobs
+    from dtppo.models.value import ValueModel
+    from dtppo.ops import masked_sum
+    from dtppo.types import Experience
+    from dtppo.workers.engine import TrainEngine
+    from dtppo.workers.layout import RankLayout
+
+    torch.manual_seed(0)
+    config = Qwen2Config(**(QWEN_05B | {"num_hidden_layers": layers}), max_position_embeddings=4096)
+    config._attn_implementation = "sdpa"
+    model = Qwen2ForCausalLM(config) if role == "policy" else ValueModel(Qwen2Model(config))
+    layout = RankLayout(ParallelConfig(), range(world_size()))
+    model = layout.wrap(model, activation_checkpointing=feature == "activation_checkpointing",
+                        cpu_offload=feature == "cpu_offload")
+    engine = TrainEngine(model, OptimizerConfig(), SchedulerConfig(), 1.0, layout.device, layout.dp_rank,
+                         layout.dp_size, layout.dp_group, model_group=layout.model_group)
+
+    def batch(rows: int, prompt: int, response: int) -> Experience:
+        ids = torch.randint(0, config.vocab_size, (rows, prompt + response))
+        mask = torch.zeros(ids.shape)
+        mask[:, prompt:] = 1.0
+        targets = torch.randn(ids.shape) * mask
+        return Experience(input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=mask,
+                          gen_logprobs=torch.zeros(ids.shape), truncated=torch.zeros(rows, dtype=torch.bool),
+                          advantages=targets, returns=targets)
+
+    def loss(micro: Experience):
+        if role == "policy":
+            logprobs = token_logprobs(model, micro.input_ids, micro.attention_mask, micro.response_mask.bool(), 1.0,
+                                      CHUNK)
+            return -masked_sum(logprobs * micro.advantages, micro.response_mask), {}
+        values = model.values(micro.input_ids, micro.attention_mask)
+        return masked_sum((values - micro.returns) ** 2, micro.response_mask), {}
+
+    # The warm-up only has to create AdamW's state: a row of 16 tokens per rank does that at a fraction of the cost.
+    engine.train(batch(world_size(), 8, 8), loss, global_batch=world_size(), micro_batch=1)
+    exp = batch(4, 256, 256)  # the micro-batch: each of the dp ranks trains 4 / dp of its rows
+    micro = exp.shard(layout.dp_rank, layout.dp_size).to(layout.device)
+    model.train()
+    probe = _Probe(layout.device)
+    loss_sum, _ = loss(micro)
+    held = probe.added("held_after_forward")
+    (loss_sum / exp.response_mask.sum()).backward()
+    forward_backward = probe.phase("fwd_bwd")
+    engine.optimizer_step(loss_sum.detach())
+    return probe.at_start | held | forward_backward | probe.phase("optimizer")
+
+
+class _Probe:
+    """This process's RSS (Linux accounting) and, on CUDA, its device allocations, phase by phase."""
+
+    def __init__(self, device):
+        import torch
+
+        self.torch, self.cuda = torch, device.type == "cuda"
+        self._begin()
+        self.at_start = {"resident_MiB": self.rss_start / 1024, "device_resident_MiB": self.device_start}
+
+    def _begin(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+        self.rss_start = _reset_peak()
+        self.device_start = self.torch.cuda.memory_allocated() / 2**20 if self.cuda else None
+        self.t = time.perf_counter()
+
+    def added(self, name: str) -> dict:
+        """MiB added since the phase began, as ``name`` (and ``device_`` + ``name``)."""
+        device = self.torch.cuda.memory_allocated() / 2**20 - self.device_start if self.cuda else None
+        return {f"{name}_MiB": (_status_kib("VmRSS") - self.rss_start) / 1024, f"device_{name}_MiB": device}
+
+    def phase(self, name: str) -> dict:
+        """The phase ending now, as ``name``: its peak MiB over its start and its seconds; the next one begins."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        device = self.torch.cuda.max_memory_allocated() / 2**20 - self.device_start if self.cuda else None
+        out = {f"{name}_peak_added_MiB": (_status_kib("VmHWM") - self.rss_start) / 1024, f"{name}_s":
+               time.perf_counter() - self.t, f"device_{name}_peak_added_MiB": device}
+        self._begin()
+        return out
+
+
+def _features_rank(role: str, feature: str, layers: int, out: str) -> None:
+    _write_rank_result(out, features_step(role, feature, layers))
+
+
+def features_rows(layers: int, ranks: tuple[int, ...], command: str) -> list[dict]:
+    """Every (ranks, role, feature) measurement, each in a fresh process (group); per rank: the largest rank's
+    memory and the slowest rank's seconds. Offload only where the model is FSDP-wrapped (dp > 1, or any GPU run)."""
+    rows = []
+    for world in ranks:
+        for role in ("policy", "critic"):
+            for feature in FEATURES:
+                if feature == "cpu_offload" and world == 1 and not _cuda():
+                    continue
+                per_rank = in_child("_features_rank", (role, feature, layers), world)
+                worst = {k: None if per_rank[0][k] is None else max(r[k] for r in per_rank) for k in per_rank[0]}
+                rows.append({"ranks": world, "role": role, "feature": feature, **worst, "command": command})
+                print(f"dp={world} {role} {feature}: " + ", ".join(f"{k} {v:.1f}" for k, v in worst.items()
+                                                                     if v is not None), flush=True)
+    return rows
+
+
+def main_features(layers: int, out: Path) -> None:
+    command = f"python bench/memory.py features --layers {layers}"
+    rows = features_rows(layers, (1, 2), command)
+    print(f"\n{'dp':>3} {'role':<7}{'feature':<26}{'resident':>9}{'held':>7}{'fwd+bwd':>9}{'optim':>7}"
+          f"{'fwd+bwd s':>11}{'optim s':>9}   (per rank; MiB: resident before the step, held after the forward,"
+          " each phase's peak over its start)")
+    for r in rows:
+        print(f"{r['ranks']:>3} {r['role']:<7}{r['feature']:<26}{r['resident_MiB']:>9.0f}"
+              f"{r['held_after_forward_MiB']:>7.0f}{r['fwd_bwd_peak_added_MiB']:>9.0f}"
+              f"{r['optimizer_peak_added_MiB']:>7.0f}{r['fwd_bwd_s']:>11.1f}{r['optimizer_s']:>9.1f}")
+    meta = {"measured_at": time.strftime("%Y-%m-%d %H:%M"), "shape": QWEN_05B | {"num_hidden_layers": layers},
+            "batch": "one micro-batch of 4 rows x 512 tokens (256 prompt + 256 response), split over the dp ranks",
+            "precision": "fp32, CPU" if not _cuda() else "bf16 params, fp32 reduce (FSDP2), CUDA",
+            "chunk_size": CHUNK}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", nargs="?", choices=["ppo", "vocab"], default="ppo")
+    parser.add_argument("what", nargs="?", choices=["ppo", "vocab", "features"], default="ppo")
     parser.add_argument("--layers", type=int, default=QWEN_05B["num_hidden_layers"])
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "memory_features.json"),
+                        help="features: the JSON path")
     args = parser.parse_args()
     if args.what == "vocab":
         main_vocab(args.layers)
+    elif args.what == "features":
+        main_features(args.layers, Path(args.out))
     else:
         main_ppo()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -53,24 +54,35 @@ def synthetic_experience(vocab: int, batch: int = 8, seed: int = 0) -> Experienc
     )
 
 
-def worker_round(overrides: list[str], out_path: str) -> None:
-    """Fresh workers: inference, one PPO update of each, results saved by rank 0."""
+def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueWorker], dict] | None = None) -> dict:
+    """Fresh workers: inference (reference log-probs too when loss.kl_coef > 0), one PPO update of each, the refit;
+    what this rank ends with, plus ``inspect(policy, value)``'s entries."""
     cfg = make_config(overrides)
     tok = build_char_tokenizer()
     policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
     exp = synthetic_experience(len(tok))
     values, logprobs = value.get_values(exp), policy.get_logprobs(exp)
+    reference = policy.get_reference_logprobs(exp) if policy.reference is not None else None
     noise = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(1)) * 0.1
-    exp = exp.replace(old_values=values + 0.3 * noise, old_logprobs=logprobs + noise)
+    exp = exp.replace(old_values=values + 0.3 * noise, old_logprobs=logprobs + noise, ref_logprobs=reference)
     value_metrics, policy_metrics = value.train(exp), policy.train(exp)
     policy.finish_training()
     policy.refit()  # refreshes the generation replica, as the trainer's weight_refit phase does
-    result = {
-        "values": values, "logprobs": logprobs, "value_metrics": value_metrics, "policy_metrics": policy_metrics,
+    return {
+        "values": values, "logprobs": logprobs, "ref_logprobs": reference,
+        "value_metrics": value_metrics, "policy_metrics": policy_metrics,
         "policy_weights": _full(policy.model), "value_weights": _full(value.model),
         "rollout_weights": {k: v.clone() for k, v in policy.rollout_model.state_dict().items()},
+        # what the vLLM backend's refit streams (every name of a tied parameter)
+        "streamed_weights": {name: t.clone() for name, t in policy._full_parameters()},
         "policy_local_numel": sum(_local(p).numel() for p in policy.model.parameters()),
+        **(inspect(policy, value) if inspect is not None else {}),
     }
+
+
+def worker_round(overrides: list[str], out_path: str) -> None:
+    """:func:`worker_results`, saved by rank 0."""
+    result = worker_results(overrides)
     if rank() == 0:
         torch.save(result, out_path)
 

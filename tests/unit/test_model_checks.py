@@ -7,10 +7,11 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from transformers import GPTNeoXJapaneseConfig
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
-from hf_fixtures import NO_SYSTEM_TEMPLATE, with_chat_template
+from hf_fixtures import NO_SYSTEM_TEMPLATE, QWEN_TEMPLATE, with_chat_template
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
@@ -69,6 +70,21 @@ def test_a_template_that_refuses_the_system_turn_is_named_with_the_system_prompt
     with pytest.raises(ConfigError, match=r"^data\.system_prompt: the chat template of .*no-system refuses a system "
                                           r"turn \(TemplateError: System role not supported\)"):
         load(strict, "data.system_prompt=Be brief.")
+
+
+def test_activation_checkpointing_is_refused_for_a_model_class_without_it(qwen_dir, tmp_path):
+    # GPT-NeoX-Japanese: a transformers causal LM whose class has supports_gradient_checkpointing = False
+    other = with_chat_template(qwen_dir, tmp_path / "neox-ja", QWEN_TEMPLATE)
+    GPTNeoXJapaneseConfig(vocab_size=800, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_multiple_size=1).to_json_file(str(other / "config.json"))
+    assert load(other).policy.activation_checkpointing is False  # off by default: loads
+    for section in ("policy", "value"):  # the critic starts from the policy's directory
+        expected = (rf"^{section}\.activation_checkpointing: GPTNeoXJapanese(ForCausalLM|Model) \(gpt_neox_japanese, "
+                    rf"policy\.model\.path\) has no activation checkpointing in transformers")
+        with pytest.raises(ConfigError, match=expected):
+            load(other, f"{section}.activation_checkpointing=true")
+    assert load(qwen_dir, "policy.activation_checkpointing=true", "value.activation_checkpointing=true",
+                *two_ranks()).value.activation_checkpointing
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")

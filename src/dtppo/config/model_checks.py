@@ -2,9 +2,10 @@
 
 Read from the model directories (``config.json`` and the tokenizer files, JSON only; the weights are never
 loaded here): tensor parallelism against the real head and MLP sizes, the sharding plan against the real
-architecture (built on the meta device), the critic's vocabulary against the policy's, the chat template against
-the prompts it must render, and the head size against the vLLM CPU build's kernels. Each failure is one
-ConfigError naming its key. Hub names (not local directories) are checked when the model loads instead.
+architecture (built on the meta device), activation checkpointing against the model class, the critic's
+vocabulary against the policy's, the chat template against the prompts it must render, and the head size against
+the vLLM CPU build's kernels. Each failure is one ConfigError naming its key. Hub names (not local directories)
+are checked when the model loads instead.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
+from transformers import (
+    MODEL_FOR_CAUSAL_LM_MAPPING,
+    MODEL_MAPPING,
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    PretrainedConfig,
+    PreTrainedTokenizerBase,
+)
 
 from dtppo.config.schema import Config, ConfigError, TinyModelConfig
 from dtppo.data.loader import format_prompt
@@ -35,13 +44,13 @@ def check_models(cfg: Config) -> None:
     policy_config = _model_config(policy_path, "policy.model.path") if policy_path is not None else None
     critic = cfg.ppo.advantage_estimator == "gae"
     if policy_config is not None:
-        _check_layout(cfg, "policy", "policy.model.path", policy_path, policy_config)
+        _check_model(cfg, "policy", "policy.model.path", policy_path, policy_config)
     if critic and _local(cfg.value.model.path):
-        _check_layout(cfg, "value", "value.model.path", cfg.value.model.path,
-                      _model_config(cfg.value.model.path, "value.model.path"))
+        _check_model(cfg, "value", "value.model.path", cfg.value.model.path,
+                     _model_config(cfg.value.model.path, "value.model.path"))
         _check_same_vocabulary(cfg, tokenizer, _tokenizer(cfg.value.model.path, "value.model.path"))
     elif critic and cfg.value.model.path is None and policy_config is not None:
-        _check_layout(cfg, "value", "policy.model.path", policy_path, policy_config)  # the critic starts from it
+        _check_model(cfg, "value", "policy.model.path", policy_path, policy_config)  # the critic starts from it
     if cfg.policy.generation.backend == "vllm":
         _check_vllm_head_dim(cfg, _head_dim(policy_config, cfg.policy.model.tiny))
 
@@ -63,6 +72,27 @@ def _model_config(path: str, key: str) -> PretrainedConfig:
     except Exception as err:  # transformers refuses a config.json in many ways; each is one line here
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ConfigError(f"{key}: cannot read {path}/config.json: {type(err).__name__}: {detail}") from None
+
+
+def _check_model(cfg: Config, section: str, key: str, path: str, config: PretrainedConfig) -> None:
+    _check_layout(cfg, section, key, path, config)
+    _check_activation_checkpointing(cfg, section, key, config)
+
+
+def _check_activation_checkpointing(cfg: Config, section: str, key: str, config: PretrainedConfig) -> None:
+    """``activation_checkpointing`` goes through transformers' own per-block switch (``models.recompute``): the
+    model's class must have one. The class is looked up, not built."""
+    if not getattr(cfg, section).activation_checkpointing:
+        return
+    mapping = MODEL_FOR_CAUSAL_LM_MAPPING if section == "policy" else MODEL_MAPPING
+    try:
+        model_class = mapping[type(config)]
+    except KeyError:
+        return  # no such class for this config: loading the model reports it, naming the path
+    if not model_class.supports_gradient_checkpointing:
+        raise ConfigError(f"{section}.activation_checkpointing: {model_class.__name__} ({config.model_type}, {key}) "
+                          f"has no activation checkpointing in transformers (supports_gradient_checkpointing is "
+                          f"False): set {section}.activation_checkpointing=false")
 
 
 def _check_layout(cfg: Config, section: str, key: str, path: str, config: PretrainedConfig) -> None:

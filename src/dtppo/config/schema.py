@@ -143,6 +143,16 @@ class PolicyConfig:
     sequence_packing: bool = True
     """Pack each (micro)batch's sequences into fewer rows, no pad tokens computed (same numbers as padded
     within fp32 round-off; docs/performance.md)."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder block's input in training and recompute the block in backward (non-reentrant, per
+    block): what the forward holds for backward shrinks to the blocks' inputs (plus one block's activations while
+    it recomputes), for about one more forward per update. Same numbers; eval forwards are unaffected
+    (docs/performance.md)."""
+    cpu_offload: bool = False
+    """FSDP2 CPU offload: the policy's (and the reference's) parameters, gradients and AdamW state stay in host
+    memory between uses and each block is copied to the device for its forward and backward; the optimizer steps
+    on the CPU. Saves device memory on GPUs; a single CPU process (no FSDP) already keeps everything in host
+    memory, so there it changes nothing (docs/performance.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +181,10 @@ class ValueConfig:
     """V(s_t) = head(h[t-1]). false only for the value-alignment experiment (a warning says so)."""
     sequence_packing: bool = True
     """As ``policy.sequence_packing``; V(s_t) is shifted within each packed sequence."""
+    activation_checkpointing: bool = False
+    """As ``policy.activation_checkpointing``, for the critic's backbone."""
+    cpu_offload: bool = False
+    """As ``policy.cpu_offload``, for the critic's parameters, gradients and AdamW state."""
 
 
 @dataclass(frozen=True, kw_only=True)

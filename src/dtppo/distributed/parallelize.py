@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -102,22 +102,39 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> 
             )
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims) -> nn.Module:
+def compute_dtype() -> torch.dtype:
+    """The dtype models compute in: bf16 on GPU (FSDP2 casts the fp32 parameters per forward, gradients reduce in
+    fp32), fp32 on CPU (CPUs without bf16 matmul units run bf16 matmuls many times slower than fp32). The one
+    definition: FSDP2's mixed precision and the policy's generation replica both follow it."""
+    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
+
+def mixed_precision() -> MixedPrecisionPolicy:
+    """FSDP2's policy for :func:`compute_dtype`: parameters cast to it for compute, gradients reduced in fp32."""
+    dtype = compute_dtype()
+    return MixedPrecisionPolicy() if dtype == torch.float32 else \
+        MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims, cpu_offload: bool = False) -> nn.Module:
     """In place: TP (+SP) over the ``tp`` axis, then FSDP2 over ``dp_shard`` (each block, then the root),
     replicated over ``dp_replicate`` (HSDP: reduce-scatter within a replica, all-reduce across replicas).
 
-    CPU runs keep fp32 everywhere; on GPU parameters compute in bf16 with fp32 gradient reduction.
-    Gradients are summed, not averaged, across ranks: losses are already divided by the global token count.
+    Parameters compute in :func:`compute_dtype` (:func:`mixed_precision`). Gradients are summed, not averaged,
+    across ranks: losses are already divided by the global token count.
+    cpu_offload: every FSDP unit keeps its parameter and gradient shards in host memory (FSDP2's
+    ``CPUOffloadPolicy``, pinned when there is a GPU) and copies them to the device around each use; an optimizer
+    built on the returned parameters then holds its state and steps there too.
     """
     if dims.tp > 1:
         apply_tp(model, mesh[MeshAxis.TP], dims.sequence_parallel)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if torch.cuda.is_available() \
-        else MixedPrecisionPolicy()
+    mp = mixed_precision()
+    offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else OffloadPolicy()
     dp_mesh = fsdp_mesh(mesh)
     # No known blocks (warned at config load): the root alone is one FSDP unit, gathered whole per forward.
     for layer in decoder_layers(model) or ():
-        fully_shard(layer, mesh=dp_mesh, mp_policy=mp)
-    fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+        fully_shard(layer, mesh=dp_mesh, mp_policy=mp, offload_policy=offload)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp, offload_policy=offload)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

@@ -50,8 +50,9 @@ class ValueModel(nn.Module):
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Head output at every position (unshifted). input_ids: [B, T]; attention_mask: [B, T] padding mask,
         or [B, 1, T, T] bool for packed rows with their position_ids [B, T] -> [B, T] float32."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=position_ids).last_hidden_state
+        # No KV cache: the critic never decodes (and under activation checkpointing transformers would warn).
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=False).last_hidden_state
         # A copy, not a view: FSDP2 cannot hook backward into a view of the root output.
         return self.score(hidden).squeeze(-1).to(torch.float32, copy=True)
 

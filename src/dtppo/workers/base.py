@@ -27,8 +27,9 @@ class Worker:
                            unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
                            model_group=p.model_group)
 
-    # ---- lifecycle. These only switch the module mode: weights and optimizer state stay where they are (on
-    # the rank's device) in every phase. The policy's vLLM engine has hooks of its own (PolicyWorker).
+    # ---- lifecycle. These only switch the module mode: weights and optimizer state stay where they are in every
+    # phase (on the rank's device; with ``cpu_offload``, in host memory between FSDP2's per-block copies). The
+    # policy's vLLM engine has hooks of its own (PolicyWorker).
     def prepare_for_inference(self) -> None:
         """``model.eval()``."""
         self.model.eval()

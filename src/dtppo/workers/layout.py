@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -10,7 +11,8 @@ from torch import nn
 from dtppo.config import ParallelConfig
 from dtppo.distributed.comm import all_gather_rows, is_distributed, rank, world_size
 from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_group
-from dtppo.distributed.parallelize import parallelize
+from dtppo.distributed.parallelize import compute_dtype, parallelize
+from dtppo.models.recompute import recompute_blocks
 from dtppo.types import Experience, block_rows
 
 
@@ -42,10 +44,30 @@ class RankLayout:
     def sharded(self) -> bool:
         return self.mesh is not None
 
-    def wrap(self, model: nn.Module) -> nn.Module:
-        """On this rank's device; then TP(+SP) and FSDP2 when there is more than one rank."""
-        model = model.to(self.device)
-        return parallelize(model, self.mesh, self.dims) if self.sharded else model
+    def wrap(self, model: nn.Module, activation_checkpointing: bool = False, cpu_offload: bool = False) -> nn.Module:
+        """On this rank's device; then TP(+SP) and FSDP2 when there is more than one rank.
+
+        activation_checkpointing: each decoder block recomputes its activations in backward (``models.recompute``).
+        cpu_offload: parameters, gradients and optimizer state in host memory between uses (``parallelize``); the
+        model is then not moved to the device first, FSDP2 moves each unit there only to shard it. Without FSDP (a
+        single CPU process) everything is in host memory already and the flag changes nothing.
+        """
+        if activation_checkpointing:
+            recompute_blocks(model)
+        if not self.sharded:
+            return model.to(self.device)
+        return parallelize(model if cpu_offload else model.to(self.device), self.mesh, self.dims, cpu_offload)
+
+    def replica(self, model: nn.Module) -> nn.Module:
+        """A frozen whole copy of ``model`` on this rank's device, its parameters in ``compute_dtype()`` (bf16 on
+        GPU, what the FSDP2-wrapped model computes in). Buffers keep their dtype, as under FSDP2's mixed precision
+        (rotary tables stay fp32). ``load_state_dict`` into it casts, so a refit from fp32 weights needs nothing
+        more."""
+        copied = copy.deepcopy(model).to(self.device).eval().requires_grad_(False)
+        dtype = compute_dtype()
+        for param in copied.parameters():  # each tied parameter once
+            param.data = param.data.to(dtype)
+        return copied
 
     def my_rows(self, num_rows: int) -> slice:
         return block_rows(num_rows, self.dp_rank, self.dp_size)

@@ -42,10 +42,10 @@ class PolicyWorker(Worker):
         ))
         # Generation runs on a whole (unsharded) copy of the policy, refreshed after each update (``refit``), so
         # ranks decode independently with no collective per token and may stop at different lengths. torch:
-        # a replica (the model itself when unsharded); vllm: the engine's own copy, so no replica is kept.
+        # a replica in the compute dtype (the model itself when unsharded); vllm: the engine's own copy, so no
+        # replica is kept. Copies are taken on the CPU, before the policy is wrapped: one device copy each.
         self.stop_ids = stop_token_ids(full, tokenizer)
-        full = full.to(self.layout.device)
-        gen = cfg.policy.generation
+        gen, section = cfg.policy.generation, cfg.policy
         self.rollout_model = None
         self.vllm = None
         if gen.backend == "vllm":
@@ -54,14 +54,16 @@ class PolicyWorker(Worker):
             max_len = min(cfg.data.max_prompt_tokens + gen.max_new_tokens, full.config.max_position_embeddings)
             self.vllm = VLLMEngine(full, max_len, gen.vllm_kv_cache_mib, cfg.ppo.seed)
         elif self.layout.sharded:
-            self.rollout_model = copy.deepcopy(full).eval().requires_grad_(False)
-        else:
-            self.rollout_model = full
+            self.rollout_model = self.layout.replica(full)
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
-            self.reference = self.layout.wrap(copy.deepcopy(full).eval().requires_grad_(False))
-        self.model = self.layout.wrap(full)
-        self.engine = self._build_engine(cfg.policy)
+            # Offloaded with the policy when it is: a frozen model's parameters are all the memory it has.
+            self.reference = self.layout.wrap(copy.deepcopy(full).eval().requires_grad_(False),
+                                              cpu_offload=section.cpu_offload)
+        self.model = self.layout.wrap(full, section.activation_checkpointing, section.cpu_offload)
+        if gen.backend == "torch" and not self.layout.sharded:
+            self.rollout_model = self.model
+        self.engine = self._build_engine(section)
 
     # ---- generation: the vLLM engine sleeps outside these phases where its build supports sleep mode
     def prepare_for_generation(self) -> None:
@@ -98,7 +100,8 @@ class PolicyWorker(Worker):
         a tied lm_head, which would otherwise keep its old weights."""
         for name, param in self.model.named_parameters(remove_duplicate=False):
             data = param.detach()
-            yield name, data.full_tensor() if isinstance(data, DTensor) else data
+            # Offloaded shards live in host memory: gathered on the device, as FSDP2's own all-gathers are.
+            yield name, data.to(self.layout.device).full_tensor() if isinstance(data, DTensor) else data
 
     def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
                ) -> Experience:

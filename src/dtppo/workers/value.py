@@ -31,9 +31,9 @@ class ValueWorker(Worker):
         self.layout = layout or RankLayout(cfg.value.parallel)
         # A reward-model directory (value.model.path = reward.model.path, TRL's convention) also gives its head.
         head = reward_model_head(cfg.value_init_path)
-        self.model = self.layout.wrap(ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
-                                       shift=cfg.value.shift_values,
-                                       sequence_packing=cfg.value.sequence_packing, head=head))
+        critic = ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
+                            shift=cfg.value.shift_values, sequence_packing=cfg.value.sequence_packing, head=head)
+        self.model = self.layout.wrap(critic, cfg.value.activation_checkpointing, cfg.value.cpu_offload)
         self.engine = self._build_engine(cfg.value)
 
     @torch.no_grad()
