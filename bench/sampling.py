@@ -5,7 +5,7 @@ counter-based Gumbel-max it replaced (one hashed uniform per vocabulary entry, a
 22). The noise's share of a step is (pick − greedy pick) / (decode forward + pick). Variants run interleaved,
 step by step, and the table shows medians. Prints a table and writes bench/results/sampling.json.
 
-    python bench/sampling.py [--layers 24 2] [--rows 32] [--steps 20] [--threads 2]
+    python bench/sampling.py [--layers 24 2] [--rows 32] [--steps 20] [--threads 2] [--out FILE]
 
 ``--layers`` lists the bodies measured: 24 is Qwen2.5-0.5B's, 2 leaves mostly the LM head (where the noise's share
 is largest).
@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "sampling.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     command = "python bench/sampling.py " + " ".join(sys.argv[1:])
@@ -59,7 +60,7 @@ def main() -> None:
     meta = {"args": vars(args), "vocab_size": QWEN_05B["vocab_size"], "load_average_before": load_before,
             "load_average_after": os.getloadavg(), "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "shared_machine": True}
-    out = ROOT / "bench" / "results" / "sampling.json"
+    out = Path(args.out)
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=2))
 
