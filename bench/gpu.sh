@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One prepared GPU check (see bench/gpu_check.py): the tiny recipe's numerics on CUDA against CPU fp32, then one
-# PPO step of a Qwen2.5-0.5B-shaped model (tokens/s and fraction of the bf16 matmul peak measured in the run).
+# PPO step of a Qwen2.5-0.5B-shaped model (tokens/s and fraction of the bf16 matmul peak measured in the run), its
+# updates profiled, and decode eager vs compiled graphs vs transformers.generate.
 # Without CUDA, or with --cpu, a few-second CPU smoke test of the same code. Extra arguments go to gpu_check.py.
 #
 #   bash bench/gpu.sh                    # writes bench/results/gpu.json

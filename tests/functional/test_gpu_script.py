@@ -49,6 +49,17 @@ def test_gpu_script_cpu_fallback(tmp_path):
     assert result["memory_features"] == result["features_smoke"] == {"skipped": "CPU fallback"}
     resume = result["checkpoint_resume"]
     assert resume["passed"] is True and resume["resumed"] is True and resume["steps_logged"] == [1, 2, 3]
+    # issue 23: the updates' profiles (CPU time in the fallback) and the decode bench (eager only on CPU)
+    assert math.isfinite(step["critic_over_policy_update"]) and step["critic_over_policy_update"] > 0
+    profile = result["update_profile"]
+    assert profile["passed"] is True and set(profile["profiles"]) == {"policy", "value"}
+    for summary in profile["profiles"].values():
+        assert summary["ranked_by"] == "self_cpu_ms" and summary["total_self_cpu_ms"] > 0
+        times = [op["self_cpu_ms"] for op in summary["top"]]
+        assert times == sorted(times, reverse=True) and "aten::mm" in {op["name"] for op in summary["top"]}
+    assert profile["critic_over_policy_self_time"] > 0
+    decode = result["decode"]
+    assert set(decode["variants"]) == {"dtppo eager"} and decode["variants"]["dtppo eager"]["tokens_per_s"] > 0
 
 
 def test_cpu_fallback_never_writes_the_gpu_result(tmp_path):

@@ -183,6 +183,8 @@ def _check_vllm(cfg: Config) -> None:
     _require(cfg.cluster.colocated, "cluster.policy_ranks",
              f"must be 0 (policy and critic colocated) with {key}=vllm, got {cfg.cluster.policy_ranks}")
     _require(cfg.policy.generation.vllm_kv_cache_mib >= 1, "policy.generation.vllm_kv_cache_mib", "must be >= 1")
+    _require(not cfg.policy.generation.decode_graph, "policy.generation.decode_graph",
+             f"applies to {key}=torch only (vLLM captures its own CUDA graphs)")
 
 
 def _check_schedules_and_sft(cfg: Config) -> None:

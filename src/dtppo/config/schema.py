@@ -96,6 +96,11 @@ class GenerationConfig:
     installed: ``make venv`` puts the CPU build in .venv, README names the GPU wheel)."""
     vllm_kv_cache_mib: int = 256
     """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
+    decode_graph: bool = False
+    """torch backend: run each decode step as one compiled graph (``torch.compile``, mode ``reduce-overhead``: on
+    GPUs a CUDA graph replayed per token, so a step costs one launch instead of hundreds; on CPU inductor's
+    fused kernels). Same tokens and log-probs as eager decoding. Qwen2/Llama-shaped policies only (others decode
+    eagerly); the first rollout of each batch shape compiles (tens of seconds)."""
 
 
 @dataclass(frozen=True, kw_only=True)

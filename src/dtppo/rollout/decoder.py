@@ -139,10 +139,13 @@ _compiled_forward = None
 
 
 def _compiled():
-    """``_forward`` under torch.compile, built once per process (dynamo then caches one graph per shape)."""
+    """``_forward`` under torch.compile, built once per process (dynamo then caches one graph per shape).
+
+    Mode ``reduce-overhead``: on CUDA inductor records each graph as a CUDA graph and replays it, one launch per
+    decode step; CPU tensors have no graphs to record, so on CPU the same call runs inductor's fused kernels."""
     global _compiled_forward
     if _compiled_forward is None:
-        _compiled_forward = torch.compile(_forward, dynamic=False, fullgraph=True)
+        _compiled_forward = torch.compile(_forward, mode="reduce-overhead", dynamic=False, fullgraph=True)
     return _compiled_forward
 
 
@@ -152,7 +155,9 @@ class StaticKVDecoder:
     Column j of the cache holds the token at column j of ``[left-padded prompt | response]``; ``key_mask``
     [B, T_max] marks the columns each row may attend to (its prompt tokens and its responses so far).
     ``compile=True`` runs decode steps under torch.compile; a step then attends over all ``max_len`` columns
-    (masked) so that every step has the same shapes and one graph serves them all.
+    (masked) so that every step has the same shapes and one graph serves them all. The caches and the stacked
+    weights are marked as static addresses: a CUDA graph then reads and writes them in place, where it would
+    otherwise copy every input into its own buffers at each replay.
     """
 
     def __init__(self, model: PreTrainedModel, batch: int, max_len: int, compile: bool = False):
@@ -163,12 +168,37 @@ class StaticKVDecoder:
         self.dims = _Dims(cfg.num_attention_heads, cfg.num_key_value_heads, head_dim, cfg.rms_norm_eps)
         self.layers = [self._weights(layer) for layer in inner.layers]
         self.embed, self.final_norm, self.lm_head = inner.embed_tokens.weight, inner.norm.weight, model.lm_head.weight
+        self.model = model
         shape = (batch, cfg.num_key_value_heads, max_len, head_dim)
         self.caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2 * len(self.layers))]
         self.key_mask = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
         self.rotary = inner.rotary_emb
         self.max_len, self.compile = max_len, compile
-        self.forward = _compiled() if compile else _forward
+        self.forward = _forward
+        if compile:
+            self.forward = _compiled()
+            for tensor in self._graph_inputs():
+                torch._dynamo.mark_static_address(tensor)
+
+    def refresh(self) -> None:
+        """Copy the model's current weights into this decoder's own tensors, in place, and forget the previous
+        rollout's cache columns: a decoder kept across rollouts keeps every address its graphs recorded."""
+        inner = self.model.model
+        for mine, layer in zip(self.layers, inner.layers):
+            for name, current in vars(self._weights(layer)).items():
+                if current is not None:
+                    getattr(mine, name).copy_(current)
+        # The model's own tensors, normally updated in place; one that was replaced is copied into the old storage.
+        for mine, current in [(self.embed, inner.embed_tokens.weight), (self.final_norm, inner.norm.weight),
+                              (self.lm_head, self.model.lm_head.weight)]:
+            if mine is not current:
+                mine.detach().copy_(current)
+        self.key_mask.zero_()
+
+    def _graph_inputs(self) -> list[torch.Tensor]:
+        """The tensors every decode step reads (weights) or updates in place (caches)."""
+        weights = [t for w in self.layers for t in vars(w).values() if t is not None]
+        return [*weights, *self.caches, self.embed, self.final_norm, self.lm_head]
 
     def _weights(self, layer) -> _LayerWeights:
         attn, mlp, d = layer.self_attn, layer.mlp, self.dims
@@ -214,6 +244,8 @@ class StaticKVDecoder:
             ~self.key_mask[:, None, :keys], float("-inf"))
         bias = bias.repeat_interleave(d.n_kv, dim=0).expand(-1, d.n_q // d.n_kv, -1)
         columns = torch.full((1,), column, dtype=torch.long, device=self.device)
+        if self.compile:
+            torch.compiler.cudagraph_mark_step_begin()  # the previous step's logits have been read
         return self.forward(tokens[:, None], self.embed, self.layers, self.caches, self.final_norm, self.lm_head,
                             rotation, columns, keys, bias, d)
 

@@ -139,6 +139,19 @@ def choose_tokens(
     return pick_tokens(logits, params, uniform)
 
 
+def _graph_decoder(model: PreTrainedModel, batch: int, max_len: int) -> StaticKVDecoder:
+    """The compiled decoder for (batch, cache length), kept on the model across calls and refreshed with its
+    current weights: a CUDA graph reads fixed addresses, and a new address re-records it (torch stops recording a
+    function after 128 unexpected re-records and falls back to eager)."""
+    decoders = model.__dict__.setdefault("_dtppo_graph_decoders", {})
+    decoder = decoders.get((batch, max_len))
+    if decoder is None:
+        decoder = decoders[(batch, max_len)] = StaticKVDecoder(model, batch, max_len, compile=True)
+    else:
+        decoder.refresh()
+    return decoder
+
+
 def left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, attention_mask, prompt_lengths): prompts left-padded so every row's next token is column W."""
@@ -165,7 +178,9 @@ def generate(
     prompts: B lists of token ids; sample_ids: [B] global sample indices (drive the noise); stop_ids: the tokens
     that end a response (``models.causal_lm.stop_token_ids``). The response includes its first stop token; rows
     without one are ``truncated``.
-    ``compile``: run the decode step under torch.compile (Qwen2/Llama-shaped models; the first call compiles).
+    ``compile``: run the decode step as a compiled graph (``policy.generation.decode_graph``; Qwen2/Llama-shaped
+    models; the first call per batch size and cache length compiles). Its decoder, with its KV cache, stays on the
+    model between calls.
     """
     device = next(model.parameters()).device
     ids, attn, prompt_lengths = left_padded(prompts, pad_id, device)
@@ -175,7 +190,7 @@ def generate(
     if static:
         # The compiled step sees the whole cache; rounding its length up lets nearby prompt widths share a graph.
         max_len = -(-(width + max_new) // 64) * 64 if compile else width + max_new
-        decoder = StaticKVDecoder(model, batch, max_len, compile=compile)
+        decoder = _graph_decoder(model, batch, max_len) if compile else StaticKVDecoder(model, batch, max_len)
         rotations = decoder.rotations(prompt_lengths[:, None] + torch.arange(max_new, device=device)[None])
     else:
         decoder = HFCacheDecoder(model)

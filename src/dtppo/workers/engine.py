@@ -15,12 +15,13 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from dtppo.config import OptimizerConfig, SchedulerConfig
-from dtppo.distributed.comm import all_reduce
+from dtppo.distributed.comm import all_reduce, rank
 from dtppo.distributed.grad_norm import clip_grad_norm_
 from dtppo.distributed.parallelize import microbatch_accumulation
 from dtppo.models.ties import tied_names, untied
 from dtppo.faults import NonFiniteError, nonfinite_injected
 from dtppo.metrics import normalise, reduce_across_ranks, reduce_stats
+from dtppo.profiling import profiled
 from dtppo.types import Experience, balanced_rows
 
 LossFn = Callable[[Experience], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -68,6 +69,7 @@ class TrainEngine:
         self.tied = tied_names(model)
         self.skipped_steps = 0
         self.consecutive_nonfinite = 0
+        self.train_calls = 0  # names profile files
 
     def optimizer_step(self, loss: torch.Tensor | None = None) -> torch.Tensor:
         """Clip, then step unless the gradient norm or the minibatch ``loss`` is non-finite.
@@ -101,7 +103,14 @@ class TrainEngine:
 
         Returns tensors: ``loss`` and ``grad_norm`` (means over optimizer steps), ``lr``, and the
         loss function's statistics reduced over all microbatches (sums normalised by all valid tokens).
+        Profiled when ``DTPPO_PROFILE_DIR`` is set (``dtppo.profiling``).
         """
+        self.train_calls += 1
+        with profiled(self.name, self.train_calls, rank()):
+            return self._train_pass(experience, loss_fn, global_batch, micro_batch)
+
+    def _train_pass(self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int
+                    ) -> dict[str, torch.Tensor]:
         self.model.train()
         losses, norms, stats = [], [], []
         for start in range(0, experience.batch_size, global_batch):

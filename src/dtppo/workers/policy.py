@@ -109,7 +109,8 @@ class PolicyWorker(Worker):
         pad_id = self.tokenizer.pad_token_id
         if self.vllm is not None:
             return self.vllm.generate(prompts, params, self.stop_ids, pad_id, key, sample_ids)
-        return generate(self.rollout_model, prompts, params, self.stop_ids, pad_id, key, sample_ids).to("cpu")
+        return generate(self.rollout_model, prompts, params, self.stop_ids, pad_id, key, sample_ids,
+                        compile=self.cfg.policy.generation.decode_graph).to("cpu")
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
