@@ -131,6 +131,7 @@ def test_llama_format_without_pad_token_torch_then_export_and_reload(llama_dir, 
     assert tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False) == "<s>[INST] Hi [/INST]"
 
 
+@pytest.mark.slow  # vLLM at 2 ranks is covered by test_vllm.py, Llama's format by the torch run above
 @needs_vllm
 def test_llama_format_vllm_at_two_ranks(llama_dir, tmp_path):
     _, proc = _ppo(llama_dir, tmp_path, *VLLM, "cluster.workers_per_node=2")
