@@ -14,7 +14,9 @@
 5. The updates profiled (issue 23, item 2): the step of 2. again with ``DTPPO_PROFILE_DIR`` set; the critic's and
    the policy's last update, their total device self time and top operators (dtppo.profiling). The unprofiled
    run of 2. gives ``critic_over_policy_update`` from the trainer's timings.
-6. Decode (issue 23, item 1; bench/gpu_decode.py): the torch sampler eager and with ``decode_graph``, next to
+6. The throughput table (issue 23, item 3): the step of 2. at Qwen2.5-0.5B's and -1.5B's shapes with the real
+   151,936-entry vocabulary (bench/gpu_models.py): phase shares, tokens/s, each update's FLOP rate, peak memory.
+7. Decode (issue 23, item 1; bench/gpu_decode.py): the torch sampler eager and with ``decode_graph``, next to
    ``transformers.generate`` with a static cache, 256 prompts x 512 new tokens at the 0.5B shape.
 
 Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds; its JSON goes
@@ -56,6 +58,7 @@ from dtppo.types import Experience
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_decode import decode_speed  # noqa: E402
+from gpu_models import QWEN25_VOCAB, write_model_dir  # noqa: E402
 from memory import features_rows  # noqa: E402
 from workload import train_flops  # noqa: E402
 
@@ -214,9 +217,9 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int) ->
     return 2 * n**3 * iters / (time.perf_counter() - start)
 
 
-def shape_overrides(shape: TinyModelConfig) -> list[str]:
-    """The same random-init shape for policy and critic, as `dtppo ppo` overrides."""
-    return [f"{role}.model.tiny.{key}={value}" for role in ("policy", "value") for key, value in vars(shape).items()]
+def shape_overrides(shape: dict) -> list[str]:
+    """The same random-init shape (``TinyModelConfig``'s fields) for policy and critic, as `dtppo ppo` overrides."""
+    return [f"{role}.model.tiny.{key}={value}" for role in ("policy", "value") for key, value in shape.items()]
 
 
 def run_dtppo(overrides: list[str], log_dir: Path, cuda: bool, timeout: float,
@@ -233,63 +236,100 @@ def run_dtppo(overrides: list[str], log_dir: Path, cuda: bool, timeout: float,
     return proc, records, seconds
 
 
-def step_flops(batch: int, mean_tokens: float, shape: TinyModelConfig, vocab: int) -> float:
+def step_flops(batch: int, mean_tokens: float, shape: dict, vocab: int) -> float:
     """Model FLOPs of one PPO step, estimated from the mean sequence length (bench/workload.py's formula):
     generation ≈ one policy forward, value and log-prob forwards, then forward + backward of critic and policy."""
     lengths = torch.full((batch,), mean_tokens)
-    policy = train_flops(vars(shape), vocab, lengths) / 3  # one forward
-    critic = train_flops(vars(shape), 1, lengths) / 3
+    policy = train_flops(shape, vocab, lengths) / 3  # one forward
+    critic = train_flops(shape, 1, lengths) / 3
     return 2 * policy + critic + 3 * (policy + critic)
 
 
-def trainer_steps(cuda: bool, args, backend_overrides: tuple[str, ...] = (), profile_dir: Path | None = None) -> dict:
+def trainer_steps(cuda: bool, args, backend_overrides: tuple[str, ...] = (), profile_dir: Path | None = None,
+                  model_dir: Path | None = None, model_shape: dict | None = None, vocab: int | None = None) -> dict:
     """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
-    (CUDA) or a 64-hidden one (CPU fallback): one warm-up step, then ``args.steps`` measured ones. Per-phase
-    seconds are the trainer's own `timing/*` metrics (medians over the measured steps)."""
-    shape = QWEN25_05B if cuda else CPU_SMOKE
+    (CUDA) or a 64-hidden one (CPU fallback), or on ``model_dir`` (of ``model_shape`` and ``vocab``): one warm-up
+    step, then ``args.steps`` measured ones. Per-phase seconds are the trainer's own `timing/*` metrics (medians
+    over the measured steps)."""
+    shape = model_shape or vars(QWEN25_05B if cuda else CPU_SMOKE)
     steps = args.steps + 1
     batch_keys = [f"{role}.{key}={n}" for role in ("policy", "value")
                   for key, n in (("train_global_batch_size", args.batch), ("train_micro_batch_size", args.micro))]
+    model = [f"policy.model.path={model_dir}"] if model_dir else shape_overrides(shape)  # the critic starts from it
     overrides = ["ppo.init_from_sft=false", f"ppo.max_num_steps={steps}", f"ppo.num_prompts_per_step={args.batch}",
                  f"policy.generation.max_new_tokens={args.new_tokens}", "ppo.val_at_start=false",
                  f"ppo.val_period={steps}", "ppo.max_val_samples=8", "ppo.val_batch_size=8", *batch_keys,
                  f"policy.logprob_batch_size={args.batch}", f"value.inference_batch_size={args.batch}",
                  "checkpointing.enabled=false", "reward.num_workers=0", "logger.tensorboard=false",
-                 "logger.progress=false", *shape_overrides(shape), *backend_overrides, *args.override]
+                 "logger.progress=false", *model, *backend_overrides, *args.override]
     with tempfile.TemporaryDirectory() as tmp:
         proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=1800,
                                            extra_env={PROFILE_ENV: str(profile_dir)} if profile_dir else None)
     measured = [r for r in records if "timing/step" in r][1:]
-    result = {"model_shape": vars(shape), "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
+    result = {"model_shape": shape, "vocab_size": vocab or len(build_char_tokenizer()),
+              "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
               "batch": args.batch, "max_new_tokens": args.new_tokens, "micro_batch": args.micro,
               "overrides": overrides, "exit_code": proc.returncode, "wall_s": seconds, "steps_measured": len(measured),
               "stderr_tail": proc.stderr[-3000:] if proc.returncode else ""}
     if proc.returncode or not measured:
         return result | {"passed": False}
-    phases = [k for k in measured[0] if k.startswith("timing/") and all(k in r for r in measured)]
-    median = {k: statistics.median(r[k] for r in measured) for k in phases}
-    tokens = statistics.median(r["perf/tokens_per_sec"] * r["timing/step"] for r in measured)
-    generated = statistics.median(r["train/mean_gen_tokens_per_sample"] for r in measured) * args.batch
-    vocab = len(build_char_tokenizer())
-    flops = step_flops(args.batch, tokens / args.batch, shape, vocab)
-    peak = matmul_peak(torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32,
-                       8192 if cuda else 1024, 20 if cuda else 5)
     last = measured[-1]
-    return result | {
-        "timing_s_median": median, "step_s_all": [r["timing/step"] for r in measured],
-        # Issue 23's goal: <= 1.15 at equal shapes (the first H200 run measured 3.9).
-        "critic_over_policy_update": median.get("timing/critic_update", math.nan)
-        / median.get("timing/policy_update", math.nan),
-        "tokens_per_step": tokens, "tokens_per_s": tokens / median["timing/step"],
-        "generated_tokens_per_step": generated, "generated_tokens_per_s": generated / median["timing/generation"],
-        "model_flops_per_step_estimate": flops, "achieved_tflops": flops / median["timing/step"] / 1e12,
-        "peak_matmul_dtype": "bfloat16" if cuda else "float32", "peak_tflops": peak / 1e12,
-        "peak_fraction": flops / median["timing/step"] / peak,
+    return result | _step_figures(measured, shape, result["vocab_size"], args.batch, cuda) | {
         "last_step": {k: last.get(k) for k in ("train/reward", "train/loss", "train/critic/loss",
                                                 "train/token_mult_prob_error", "train/critic/explained_var")},
         "passed": all(isinstance(last.get(k), float) and math.isfinite(last[k])
                       for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")),
     }
+
+
+def _step_figures(measured: list[dict], shape: dict, vocab: int, batch: int, cuda: bool) -> dict:
+    """Medians of the measured steps' timings, throughputs, and model FLOP rates against the matmul peak measured
+    here. An update's FLOPs are forward + backward of the body over all tokens, plus the head: the policy's over
+    the response tokens only (its log-probs are chunked over those), the critic's scalar head over all."""
+    phases = [k for k in measured[0] if k.startswith("timing/") and all(k in r for r in measured)]
+    median = {k: statistics.median(r[k] for r in measured) for k in phases}
+    tokens = statistics.median(r["perf/tokens_per_sec"] * r["timing/step"] for r in measured)
+    generated = statistics.median(r["train/mean_gen_tokens_per_sample"] for r in measured) * batch
+    flops = step_flops(batch, tokens / batch, shape, vocab)
+    lengths = torch.full((batch,), tokens / batch)
+    update_flops = {"policy_update": train_flops(shape, 0, lengths) + 6.0 * shape["hidden_size"] * vocab * generated,
+                    "critic_update": train_flops(shape, 1, lengths)}
+    peak = matmul_peak(torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32,
+                       8192 if cuda else 1024, 20 if cuda else 5)
+    memory = [r["perf/max_memory_allocated_gib"] for r in measured if "perf/max_memory_allocated_gib" in r]
+    return {
+        "timing_s_median": median, "step_s_all": [r["timing/step"] for r in measured],
+        "phase_share": {k.removeprefix("timing/"): v / median["timing/step"] for k, v in median.items()
+                        if k not in ("timing/step", "timing/validation")},
+        # Issue 23's goal: <= 1.15 at equal shapes (the first H200 run measured 3.9).
+        "critic_over_policy_update": median.get("timing/critic_update", math.nan)
+        / median.get("timing/policy_update", math.nan),
+        "tokens_per_step": tokens, "tokens_per_s": tokens / median["timing/step"],
+        "generated_tokens_per_step": generated, "generated_tokens_per_s": generated / median["timing/generation"],
+        "training_tokens_per_s": {k: tokens / median[f"timing/{k}"] for k in update_flops if f"timing/{k}" in median},
+        "model_flops_per_step_estimate": flops, "achieved_tflops": flops / median["timing/step"] / 1e12,
+        "peak_matmul_dtype": "bfloat16" if cuda else "float32", "peak_tflops": peak / 1e12,
+        "peak_fraction": flops / median["timing/step"] / peak,
+        "update_peak_fraction": {k: f / median[f"timing/{k}"] / peak for k, f in update_flops.items()
+                                 if f"timing/{k}" in median},
+        "max_memory_allocated_gib": max(memory) if memory else None,
+    }
+
+
+def throughput_table(cuda: bool, args) -> dict:
+    """Issue 23, item 3: the step at Qwen2.5-0.5B's and -1.5B's shapes with the 151,936-entry vocabulary (model
+    directories written by bench/gpu_models.py, random bf16 weights), one process. Goals: each update >= 25 % of
+    the bf16 peak at 0.5B and >= 35 % at 1.5B. CPU fallback: the smoke shape with a 512-entry vocabulary."""
+    device = torch.device("cuda" if cuda else "cpu")
+    vocab = QWEN25_VOCAB if cuda else 512
+    goals = {"0.5b": 0.25, "1.5b": 0.35}
+    rows = []
+    for name in ("0.5b", "1.5b") if cuda else ("smoke",):
+        with tempfile.TemporaryDirectory() as tmp:
+            shape = write_model_dir(Path(tmp) / "model", name, vocab, device)
+            run = trainer_steps(cuda, args, model_dir=Path(tmp) / "model", model_shape=shape, vocab=vocab)
+        rows.append({"shape": name, "update_peak_fraction_goal": goals.get(name)} | run)
+    return {"rows": rows, "passed": all(r["passed"] for r in rows)}
 
 
 def vllm_steps(cuda: bool, args) -> dict:
@@ -435,6 +475,7 @@ def main() -> int:
         "memory_features": memory_features(cuda),
         "features_smoke": features_smoke(cuda),
         "update_profile": update_profile(cuda, args),
+        "throughput_table": throughput_table(cuda, args),
         "decode": decode_speed(cuda, args.decode_prompts, args.decode_tokens, args.decode_full_on_cpu),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -443,7 +484,8 @@ def main() -> int:
     print(f"wrote {out}")
     checks = (result["numerics_passed"], result["step"]["passed"], result["step_vllm"].get("passed", True),
               result["checkpoint_resume"]["passed"], result["memory_features"].get("passed", True),
-              result["features_smoke"].get("passed", True), result["update_profile"]["passed"])
+              result["features_smoke"].get("passed", True), result["update_profile"]["passed"],
+              result["throughput_table"]["passed"])
     return 0 if all(checks) else 1
 
 
@@ -501,10 +543,10 @@ def _print(result: dict) -> None:
               f"{'ok' if f['passed'] else 'FAILED'}")
         if f["stderr_tail"]:
             print(f["stderr_tail"])
-    _print_profile_and_decode(result["update_profile"], result["decode"])
+    _print_issue23(result["update_profile"], result["throughput_table"], result["decode"])
 
 
-def _print_profile_and_decode(prof: dict, decode: dict) -> None:
+def _print_issue23(prof: dict, table: dict, decode: dict) -> None:
     ratio = prof["critic_over_policy_self_time"]
     print(f"update profile: exit {prof['exit_code']}, critic/policy self time "
           f"{'n/a' if ratio is None else f'{ratio:.2f}'}  {'ok' if prof['passed'] else 'FAILED'}")
@@ -513,6 +555,17 @@ def _print_profile_and_decode(prof: dict, decode: dict) -> None:
             f"{op['name']} {op[p['ranked_by']]:.1f} ms x{op['calls']}" for op in p["top"][:6]))
     if prof["stderr_tail"]:
         print(prof["stderr_tail"])
+    for r in table["rows"]:
+        if not r["passed"]:
+            print(f"throughput {r['shape']}: FAILED (exit {r['exit_code']})\n{r['stderr_tail']}")
+            continue
+        fractions = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["update_peak_fraction"].items())
+        memory = r["max_memory_allocated_gib"]
+        print(f"throughput {r['shape']} (V = {r['vocab_size']}): {r['timing_s_median']['timing/step']:.2f} s/step, "
+              f"generation {r['generated_tokens_per_s']:.0f} tok/s, of peak: {fractions} "
+              f"(goal {r['update_peak_fraction_goal']}), max memory "
+              f"{'n/a' if memory is None else f'{memory:.1f} GiB'}; shares: "
+              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in r["phase_share"].items() if v >= 0.01))
     for name, v in decode["variants"].items():
         print(f"decode {decode['prompts']} x {decode['new_tokens']}: {name:<40}{v['tokens_per_s']:>10.0f} tok/s "
               f"(first call {v['first_call_s']:.1f} s)")

@@ -154,6 +154,8 @@ class PPOTrainer:
             metrics |= self._critic_metrics(experience, critic_runs)
         step_seconds = time.perf_counter() - step_start
         metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
+        if torch.cuda.is_available():  # the most this process has held on its GPU so far
+            metrics["perf/max_memory_allocated_gib"] = torch.tensor(torch.cuda.max_memory_allocated() / 2**30)
         metrics |= {f"timing/{phase}": torch.tensor(s) for phase, s in timer.seconds.items()}
         metrics["timing/step"] = torch.tensor(step_seconds)
         self.steps_done += 1

@@ -58,6 +58,13 @@ def test_gpu_script_cpu_fallback(tmp_path):
         times = [op["self_cpu_ms"] for op in summary["top"]]
         assert times == sorted(times, reverse=True) and "aten::mm" in {op["name"] for op in summary["top"]}
     assert profile["critic_over_policy_self_time"] > 0
+    table = result["throughput_table"]  # the smoke shape, from a model directory with a 512-entry vocabulary
+    assert table["passed"] is True and [r["shape"] for r in table["rows"]] == ["smoke"]
+    (row,) = table["rows"]
+    assert row["vocab_size"] == 512 and any(o.startswith("policy.model.path=") for o in row["overrides"])
+    assert all(0 < f < 1.5 for f in row["update_peak_fraction"].values()) and len(row["update_peak_fraction"]) == 2
+    assert 0.9 < sum(row["phase_share"].values()) < 1.01  # the phases make up the step
+    assert row["max_memory_allocated_gib"] is None  # CUDA only
     decode = result["decode"]
     assert set(decode["variants"]) == {"dtppo eager"} and decode["variants"]["dtppo eager"]["tokens_per_s"] > 0
 
