@@ -135,18 +135,20 @@ def _forward(ids: torch.Tensor, embed: torch.Tensor, layers: list[_LayerWeights]
     return F.linear(_rms_norm(x[:, -1], final_norm, d.eps), lm_head).float()
 
 
-_compiled_forward = None
+_compiled_forwards: dict[bool, object] = {}
 
 
-def _compiled():
-    """``_forward`` under torch.compile, built once per process (dynamo then caches one graph per shape).
+def _compiled(cuda: bool):
+    """``_forward`` under torch.compile, built once per process and device kind (dynamo then caches one graph per
+    shape).
 
-    Mode ``reduce-overhead``: on CUDA inductor records each graph as a CUDA graph and replays it, one launch per
-    decode step; CPU tensors have no graphs to record, so on CPU the same call runs inductor's fused kernels."""
-    global _compiled_forward
-    if _compiled_forward is None:
-        _compiled_forward = torch.compile(_forward, mode="reduce-overhead", dynamic=False, fullgraph=True)
-    return _compiled_forward
+    CUDA: mode ``reduce-overhead``, so inductor records each graph as a CUDA graph and replays it, one launch per
+    decode step. CPU: the default mode, inductor's fused kernels; there are no graphs to record, and
+    ``reduce-overhead`` with static-address inputs gave NaN logits on CPU (torch 2.13, AVX2 kernels, 2 threads)."""
+    if cuda not in _compiled_forwards:
+        mode = "reduce-overhead" if cuda else None
+        _compiled_forwards[cuda] = torch.compile(_forward, mode=mode, dynamic=False, fullgraph=True)
+    return _compiled_forwards[cuda]
 
 
 class StaticKVDecoder:
@@ -155,9 +157,9 @@ class StaticKVDecoder:
     Column j of the cache holds the token at column j of ``[left-padded prompt | response]``; ``key_mask``
     [B, T_max] marks the columns each row may attend to (its prompt tokens and its responses so far).
     ``compile=True`` runs decode steps under torch.compile; a step then attends over all ``max_len`` columns
-    (masked) so that every step has the same shapes and one graph serves them all. The caches and the stacked
-    weights are marked as static addresses: a CUDA graph then reads and writes them in place, where it would
-    otherwise copy every input into its own buffers at each replay.
+    (masked) so that every step has the same shapes and one graph serves them all. On CUDA the steps replay CUDA
+    graphs, and the caches and the stacked weights are marked as static addresses: a graph then reads and writes
+    them in place, where it would otherwise copy every input into its own buffers at each replay.
     """
 
     def __init__(self, model: PreTrainedModel, batch: int, max_len: int, compile: bool = False):
@@ -174,9 +176,9 @@ class StaticKVDecoder:
         self.key_mask = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
         self.rotary = inner.rotary_emb
         self.max_len, self.compile = max_len, compile
-        self.forward = _forward
-        if compile:
-            self.forward = _compiled()
+        self.forward = _compiled(self.device.type == "cuda") if compile else _forward
+        self.graphs = compile and self.device.type == "cuda"
+        if self.graphs:
             for tensor in self._graph_inputs():
                 torch._dynamo.mark_static_address(tensor)
 
@@ -244,7 +246,7 @@ class StaticKVDecoder:
             ~self.key_mask[:, None, :keys], float("-inf"))
         bias = bias.repeat_interleave(d.n_kv, dim=0).expand(-1, d.n_q // d.n_kv, -1)
         columns = torch.full((1,), column, dtype=torch.long, device=self.device)
-        if self.compile:
+        if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's logits have been read
         return self.forward(tokens[:, None], self.embed, self.layers, self.caches, self.final_norm, self.lm_head,
                             rotation, columns, keys, bias, d)
