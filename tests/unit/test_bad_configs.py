@@ -53,6 +53,9 @@ BAD_OVERRIDES = [
     ("clip range", ["loss.ratio_clip_high=-0.2"], "loss.ratio_clip_high"),
     ("clip range", ["loss.ratio_clip_c=1.0"], "loss.ratio_clip_c"),
     ("clip range", ["loss.value_clip=0"], "loss.value_clip"),
+    ("mismatch correction", ["loss.rollout_is_cap=0.5"], "loss.rollout_is_cap"),
+    ("mismatch correction", ["loss.rollout_is=tokens"], "loss.rollout_is"),
+    ("mismatch correction", ["ppo.seq_logprob_error_threshold=0.9"], "ppo.seq_logprob_error_threshold"),
     ("range", ["loss.kl_coef=-0.1"], "loss.kl_coef"),
     ("range", ["ppo.lambda_policy=1.5"], "ppo.lambda_policy"),
     ("range", ["policy.generation.top_p=0"], "policy.generation.top_p"),
@@ -198,6 +201,7 @@ VLLM_UNSUPPORTED = [
     (["cluster.workers_per_node=2", "cluster.policy_ranks=1"], "cluster.policy_ranks"),
     (["policy.generation.top_p=0.9"], "policy.generation.top_p"),
     (["policy.generation.vllm_kv_cache_mib=0"], "policy.generation.vllm_kv_cache_mib"),
+    (["policy.generation.decode_graph=true"], "policy.generation.decode_graph"),
 ]
 
 
