@@ -17,18 +17,17 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from dtppo.rollout.sampler import SamplingParams, generate
+from gpu_models import SHAPES
+from memory import QWEN_05B
 
 PROMPT_TOKENS = 64
-QWEN25_05B = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-              "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
-SMOKE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "intermediate_size": 128, "vocab_size": 99, "tie_word_embeddings": True}
+SMOKE = SHAPES["smoke"] | {"vocab_size": 99, "tie_word_embeddings": True}
 NO_EOS = -1  # an id no model samples
 
 
 def _model(cuda: bool) -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen2Config(**(QWEN25_05B if cuda else SMOKE), max_position_embeddings=4096)
+    config = Qwen2Config(**(QWEN_05B if cuda else SMOKE), max_position_embeddings=4096)
     config._attn_implementation = "sdpa"
     model = Qwen2ForCausalLM(config).eval()
     return model.to("cuda", torch.bfloat16) if cuda else model
@@ -81,7 +80,7 @@ def decode_speed(cuda: bool, prompts: int, new_tokens: int, full_on_cpu: bool = 
             out, first, second = _timed(run)
         outputs[name] = out
         rows[name] = {"first_call_s": first, "seconds": second, "tokens_per_s": prompts * new_tokens / second}
-    result = {"model": QWEN25_05B if cuda else SMOKE, "dtype": "bfloat16" if cuda else "float32",
+    result = {"model": QWEN_05B if cuda else SMOKE, "dtype": "bfloat16" if cuda else "float32",
               "prompts": prompts, "prompt_tokens": PROMPT_TOKENS, "new_tokens": new_tokens, "variants": rows}
     if "dtppo decode_graph" in outputs:
         eager, graph = outputs["dtppo eager"], outputs["dtppo decode_graph"]

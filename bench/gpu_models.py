@@ -15,12 +15,13 @@ from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from dtppo.models.tokenizer import CHAR_CHAT_TEMPLATE, EOS, PAD, UNK, build_char_tokenizer
+from memory import QWEN_05B
 
-QWEN25_VOCAB = 151_936
-# Qwen2.5-0.5B and -1.5B (config.json of the hub models): both tie the embedding and the LM head.
+QWEN25_VOCAB = QWEN_05B["vocab_size"]
+# Qwen2.5-0.5B (bench/memory.py's shape) and -1.5B (config.json of the hub models): both tie the embedding and the
+# LM head.
 SHAPES = {
-    "0.5b": {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-             "intermediate_size": 4864},
+    "0.5b": {k: v for k, v in QWEN_05B.items() if k not in ("vocab_size", "tie_word_embeddings")},
     "1.5b": {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
              "intermediate_size": 8960},
     "smoke": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
