@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dtppo import config as config_lib
 from dtppo.faults import CheckpointError, InputError, NonFiniteError, RunStopped
-from dtppo.rewards.spec import parse_spec
+from dtppo.config.reward_spec import parse_spec
 
 DEBUG_ENV = "DTPPO_DEBUG"
 

@@ -15,7 +15,7 @@ from dtppo.rewards import RewardFunctionError, reward_function
 from dtppo.rewards.functions import call_function, check_arguments
 from dtppo.rewards.rewarder import Rewarder, reward_columns
 from dtppo.rewards.scoring import RewardScorer
-from dtppo.rewards.spec import parse_spec
+from dtppo.config.reward_spec import parse_spec
 
 USER_FILE = '''
 import json, os

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
+from dtppo.config.reward_spec import BUILTINS, MODEL_NAME, parse_spec
 from dtppo.config.schema import (
     Config,
     ConfigError,
@@ -120,8 +121,6 @@ def _check_task(cfg: Config) -> None:
 
 def _check_reward(cfg: Config) -> None:
     """Reward functions parse, have unique metric names and one weight each; custom tasks name a reward."""
-    from dtppo.rewards.spec import MODEL_NAME, parse_spec
-
     reward = cfg.reward
     names = []
     for i, spec in enumerate(reward.functions):
@@ -139,7 +138,7 @@ def _check_reward(cfg: Config) -> None:
     _require(all(math.isfinite(w) for w in reward.weights), "reward.weights", "must be finite numbers")
     _require(reward.functions or reward.model.path is not None, "reward.functions",
              f"data.task {cfg.data.task} has no verifier: name at least one reward function, or reward.model.path")
-    builtin = reward.accuracy_from is not None and reward.accuracy_from in ("gsm8k", "math")
+    builtin = reward.accuracy_from is not None and reward.accuracy_from in BUILTINS
     _require(reward.accuracy_from is None or builtin or reward.accuracy_from in names, "reward.accuracy_from",
              f"{reward.accuracy_from!r} is neither a built-in verifier nor one of reward.functions {names}")
     model = reward.model

@@ -27,7 +27,7 @@ from typing import Any
 from dtppo.faults import InputError
 from dtppo.rewards.math import gsm8k_reward
 from dtppo.rewards.math_answer import math_reward
-from dtppo.rewards.spec import FunctionSpec, parse_spec
+from dtppo.config.reward_spec import FunctionSpec, parse_spec
 
 RewardFunction = Callable[..., Sequence[Any]]
 Scores = list[float | None]

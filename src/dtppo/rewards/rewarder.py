@@ -12,7 +12,7 @@ from dtppo.data.loader import conversation
 from dtppo.data.problem import Problem
 from dtppo.rewards.functions import Scores, check_arguments, load_functions
 from dtppo.rewards.scoring import RewardScorer
-from dtppo.rewards.spec import BUILTINS, MODEL_NAME, parse_spec
+from dtppo.config.reward_spec import BUILTINS, MODEL_NAME, parse_spec
 
 
 @dataclass(frozen=True)

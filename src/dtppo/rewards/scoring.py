@@ -28,7 +28,7 @@ from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_tex
                                      reference_text, score_job)
 from dtppo.rewards.math import reward_input
 from dtppo.rewards.pool import ScoringPool
-from dtppo.rewards.spec import parse_spec
+from dtppo.config.reward_spec import parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Reward-function specs as a recipe writes them: a built-in name, ``path/to/file.py:name`` or ``package.module:name``.
 
-Pure parsing (no imports), shared by the config checks and the loader (``dtppo.rewards.functions``).
+Pure parsing (no imports): recipe notation, checked at load (``config.checks``) and loaded by
+``dtppo.rewards.functions``. ``BUILTINS`` is the one list of built-in verifier names.
 """
 
 from __future__ import annotations
