@@ -48,7 +48,8 @@ from dtppo.models.causal_lm import build_causal_lm, stop_token_ids  # noqa: E402
 from dtppo.models.tokenizer import load_tokenizer  # noqa: E402
 from dtppo.models.value import ValueModel  # noqa: E402
 from dtppo.rewards.scoring import score_responses  # noqa: E402
-from dtppo.rollout.sampler import SamplingParams, generate, stream_key  # noqa: E402
+from dtppo.rollout.generator import TorchGenerator  # noqa: E402
+from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
 
 POSITION_BUCKETS = [(0, 1), (1, 4), (4, 16), (16, 10_000)]
 
@@ -106,9 +107,9 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
     repeated = [p for p in problems for _ in range(num_samples)]
     prompts = encode_prompts(tokenizer, repeated, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     gen = cfg.policy.generation
-    experience = generate(model, prompts, SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
-                          stop_token_ids(model, tokenizer), tokenizer.pad_token_id, stream_key(seed, 0),
-                          torch.arange(len(prompts)))
+    generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id)
+    experience = generator.sample(prompts, SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
+                                  stream_key(seed, 0), torch.arange(len(prompts)))
     texts = decode_responses(tokenizer, experience)
     rewards = score_responses(texts, [p.answer for p in repeated]).float()
     prompt_ids = torch.arange(num_prompts).repeat_interleave(num_samples)

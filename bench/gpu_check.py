@@ -53,7 +53,8 @@ from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
 from dtppo.ops import logprobs_from_logits
 from dtppo.profiling import PROFILE_ENV
-from dtppo.rollout.sampler import SamplingParams, generate, stream_key
+from dtppo.rollout.generator import TorchGenerator
+from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.types import Experience
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -189,8 +190,8 @@ def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
     tok = build_char_tokenizer()
     policy, critic = build_models(RECIPE_TINY, tok)
     prompts, _ = prompts_and_answers(tok, batch)
-    exp = generate(policy.eval(), prompts, SamplingParams(new_tokens), (tok.eos_token_id,), tok.pad_token_id,
-                   stream_key(0, 0), torch.arange(batch))
+    generator = TorchGenerator(policy.eval(), (tok.eos_token_id,), tok.pad_token_id)
+    exp = generator.sample(prompts, SamplingParams(new_tokens), stream_key(0, 0), torch.arange(batch))
     exp = with_targets(exp, policy, critic)
     reference = evaluate(policy, critic, exp, torch.device("cpu"), "fp32")
     if device.type == "cpu":

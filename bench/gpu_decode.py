@@ -16,7 +16,8 @@ import time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from dtppo.rollout.sampler import SamplingParams, generate
+from dtppo.rollout.generator import TorchGenerator
+from dtppo.rollout.sampler import SamplingParams
 from gpu_models import SHAPES
 from memory import QWEN_05B
 
@@ -68,7 +69,8 @@ def decode_speed(cuda: bool, prompts: int, new_tokens: int, full_on_cpu: bool = 
     params, sample_ids = SamplingParams(new_tokens), torch.arange(prompts)
 
     def dtppo(graph: bool):
-        return lambda: generate(model, token_lists, params, (NO_EOS,), 0, 7, sample_ids, compile=graph)
+        generator = TorchGenerator(model, (NO_EOS,), 0, compile=graph)  # keeps its compiled decoders
+        return lambda: generator.sample(token_lists, params, 7, sample_ids)
 
     variants = {"dtppo eager": dtppo(False)}
     if cuda or full_on_cpu:

@@ -29,7 +29,8 @@ from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.rollout.decoder import StaticKVDecoder
-from dtppo.rollout.sampler import SamplingParams, generate
+from dtppo.rollout.generator import TorchGenerator
+from dtppo.rollout.sampler import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny-math-cpu.yaml"
@@ -61,9 +62,10 @@ def build_variants(model, prompts, pad_id: int, new_tokens: int, compile: bool) 
 
     def dtppo(compiled: bool):
         params = SamplingParams(new_tokens)
+        generator = TorchGenerator(model, (NO_EOS,), pad_id, compile=compiled)  # keeps its compiled decoders
 
         def run():
-            exp = generate(model, prompts, params, (NO_EOS,), pad_id, key=1, sample_ids=sample_ids, compile=compiled)
+            exp = generator.sample(prompts, params, 1, sample_ids)
             return exp.input_ids[exp.response_mask.bool()].view(len(prompts), new_tokens)
         return run
 

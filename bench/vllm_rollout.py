@@ -33,6 +33,7 @@ from dtppo.data.loader import PromptLoader, build_sources, encode_prompts  # noq
 from dtppo.models.causal_lm import build_causal_lm  # noqa: E402
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
 from dtppo.rollout import sampler  # noqa: E402
+from dtppo.rollout.generator import TorchGenerator  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import MODELS  # noqa: E402
@@ -53,14 +54,10 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
     model.generation_config.eos_token_id = None
 
     def torch_sampler(static: bool):
+        generator = TorchGenerator(model, (NO_EOS,), pad_id, "static" if static else "hf")
+
         def run():
-            supported = sampler.static_decoder_supported
-            sampler.static_decoder_supported = (lambda m: supported(m)) if static else (lambda m: False)
-            try:
-                exp = sampler.generate(model, prompts, params, (NO_EOS,), pad_id, key=1, sample_ids=sample_ids)
-            finally:
-                sampler.static_decoder_supported = supported
-            return int(exp.response_mask.sum())
+            return int(generator.sample(prompts, params, 1, sample_ids).response_mask.sum())
         return run
 
     def hf_generate():
@@ -89,7 +86,8 @@ def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) 
                             cfg.ppo.seed).eval()
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    engine = VLLMEngine(model, max(len(p) for p in prompts) + args.new_tokens, 256, cfg.ppo.seed)
+    engine = VLLMEngine(model, (NO_EOS,), tok.pad_token_id, max(len(p) for p in prompts) + args.new_tokens, 256, cfg.ppo.seed,
+                        torch.device("cpu"))
     startup = time.perf_counter() - start
     variants = build_variants(model, engine, prompts, tok.pad_token_id, args.new_tokens)
     for run in variants.values():  # warm-up
@@ -105,7 +103,7 @@ def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) 
                 times[variant].append(time.perf_counter() - t0)
                 cpu_times[variant].append(time.process_time() - c0)
             t0 = time.perf_counter()
-            engine.refit((n, p.detach()) for n, p in model.named_parameters(remove_duplicate=False))
+            engine.refit(model, version=1)
             refits.append(time.perf_counter() - t0)
     params = sum(p.numel() for p in model.parameters())
     common = {"model": name, "parameters": params, "load_average_1min_at_start": load, "command": command}

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from dtppo.config import TASK_VERIFIERS, Config
 from dtppo.data.loader import encode_prompts
 from dtppo.data.problem import Problem, Prompt
-from dtppo.models.causal_lm import stop_token_ids
 from dtppo.rewards.functions import reward_function
-from dtppo.rollout.sampler import SamplingParams, generate, stream_key
+from dtppo.rollout.generator import Generator
+from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.types import Experience
 
 
@@ -44,24 +43,8 @@ def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience)
     return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(experience.input_ids, mask)]
 
 
-# (prompts, params, stream key, sample ids [B]) -> Experience: PolicyWorker.sample, whatever the backend.
-Sampler = Callable[[list[list[int]], SamplingParams, int, torch.Tensor], Experience]
-
-
-def model_sampler(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Sampler:
-    """dtppo's torch sampler on ``model`` (switched to eval mode) as a ``Sampler``: SFT's validation, which
-    has no generation backend."""
-    stop_ids = stop_token_ids(model, tokenizer)
-
-    def sample(prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
-        model.eval()
-        return generate(model, prompts, params, stop_ids, tokenizer.pad_token_id, key, sample_ids)
-
-    return sample
-
-
 @torch.no_grad()
-def sample_responses(sample: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
+def sample_responses(generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
                      step: int) -> Responses:
     """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``)."""
     gen = cfg.policy.generation
@@ -70,8 +53,8 @@ def sample_responses(sample: Sampler, tokenizer: PreTrainedTokenizerBase, proble
     for start in range(0, len(problems), cfg.ppo.val_batch_size):
         batch = problems[start : start + cfg.ppo.val_batch_size]
         prompts = encode_prompts(tokenizer, batch, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
-        experience = sample(prompts, params, stream_key(cfg.ppo.seed, step, stream=1),
-                            torch.arange(start, start + len(batch)))
+        experience = generator.sample(prompts, params, stream_key(cfg.ppo.seed, step, stream=1),
+                                      torch.arange(start, start + len(batch)))
         texts += decode_responses(tokenizer, experience)
         lengths += experience.response_mask.sum(-1).tolist()
     return Responses(texts, lengths)
@@ -85,10 +68,12 @@ def eval_result(problems: list[Problem], responses: Responses, total: torch.Tens
                       rewards=means, avg_length=sum(responses.lengths) / len(responses.lengths), samples=samples)
 
 
-def evaluate(sample: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
+def evaluate(generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
              step: int) -> EvalResult:
     """Validation scored by the task's verifier alone, in this process: SFT's, whose tasks all have one."""
-    responses = sample_responses(sample, tokenizer, problems, cfg, step)
+    generator.prepare()
+    responses = sample_responses(generator, tokenizer, problems, cfg, step)
+    generator.finish()
     name = TASK_VERIFIERS[cfg.data.task]
     scores = reward_function(name)(prompts=[p.question for p in problems], completions=responses.texts,
                                    answer=[p.answer for p in problems])

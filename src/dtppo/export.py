@@ -65,7 +65,7 @@ def _build_from_sources(cfg: config_lib.Config) -> tuple:
     policy = build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
                              tokenizer.eos_token_id, cfg.ppo.seed)
     backbone = None
-    if cfg.ppo.advantage_estimator == "gae":
+    if cfg.has_critic:
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = build_backbone(cfg.value_init_path, tiny, cfg.ppo.seed)
     return tokenizer, policy, backbone

@@ -22,13 +22,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import Config, SchedulerConfig
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
-from dtppo.evaluation import evaluate, model_sampler
+from dtppo.evaluation import evaluate
 from dtppo.faults import BelowFloorError, InputError
 from dtppo.logging import MetricsLogger
 from dtppo.metrics import to_floats
-from dtppo.models.causal_lm import build_causal_lm
+from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import logprobs_from_logits, masked_sum
+from dtppo.rollout.generator import TorchGenerator
 from dtppo.types import Experience, build_response_mask
 from dtppo.workers.engine import TrainEngine
 
@@ -129,8 +130,10 @@ def run_sft(cfg: Config) -> dict[str, float]:
                            cfg.logger.tensorboard, cfg.logger.progress)
     start = time.perf_counter()
     source, validation = build_sources(cfg, tokenizer=tokenizer)
-    sample = model_sampler(model, tokenizer)
-    plateau = Plateau(lambda step: evaluate(sample, tokenizer, validation, cfg, step).accuracy,
+    # Validation samples the model being trained (no copy), with the recipe's torch decoder.
+    generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id,
+                               cfg.policy.generation.decoder)
+    plateau = Plateau(lambda step: evaluate(generator, tokenizer, validation, cfg, step).accuracy,
                       sft.val_period or max(sft.num_steps, 1), sft.patience, sft.min_improvement, sft.min_accuracy)
     engine = TrainEngine(model, sft.optimizer, sft.scheduler, sft.max_grad_norm)
     step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(source, sft.seed + 1), sft.num_steps,
@@ -145,7 +148,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
         engine = TrainEngine(model, optim, SchedulerConfig(total_steps=careless.num_steps), sft.max_grad_norm)
         step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(careless_source, sft.seed + 2),
                             careless.num_steps, logger, step)
-        results["sft/accuracy_after_careless_stage"] = evaluate(sample, tokenizer, validation, cfg, step).accuracy
+        results["sft/accuracy_after_careless_stage"] = evaluate(generator, tokenizer, validation, cfg, step).accuracy
     results["sft/seconds"] = time.perf_counter() - start
     logger.log(step, results)
     logger.close()

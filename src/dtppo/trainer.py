@@ -9,8 +9,7 @@ from pathlib import Path
 import torch
 
 from dtppo import checkpoint
-from dtppo.algorithms.advantages import (compute_advantages, first_token_abs_mean, group_normalized_advantages,
-                                         length_adaptive_lambda, token_level_rewards)
+from dtppo.algorithms.advantages import first_token_abs_mean
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
 from dtppo.algorithms.mismatch import (mismatch_sample_mask, rollout_is_stats, rollout_is_weights,
@@ -18,6 +17,7 @@ from dtppo.algorithms.mismatch import (mismatch_sample_mask, rollout_is_stats, r
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.estimators import build_estimator
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
 from dtppo.faults import RunStopped
 from dtppo.logging import MetricsLogger
@@ -52,8 +52,8 @@ class PPOTrainer:
     """Owns the policy and value roles (their workers, on whichever ranks hold them), the prompt loader and the
     step counter.
 
-    With ``ppo.advantage_estimator=grpo`` there is no value role (``self.value`` is None): no critic is built,
-    trained, checkpointed or logged.
+    The advantage estimator is chosen once (``estimators.build_estimator``): GAE with a critic, or GRPO without,
+    when there is no value role (``self.value`` is None) and no critic is built, trained, checkpointed or logged.
     """
 
     def __init__(self, cfg: Config):
@@ -65,8 +65,9 @@ class PPOTrainer:
         value_layout = RankLayout(cfg.value.parallel, cluster.pool("value"))
         self.policy = PolicyRole(PolicyWorker(cfg, self.tokenizer, policy_layout) if policy_layout.member else None,
                                  policy_layout.ranks, cluster.colocated)
+        self.estimate = build_estimator(cfg)
         self.value: ValueRole | None = None
-        if cfg.ppo.advantage_estimator == "gae":
+        if cfg.has_critic:
             self.value = ValueRole(ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
                                    value_layout.ranks, cluster.colocated)
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
@@ -89,9 +90,8 @@ class PPOTrainer:
     def step(self) -> dict[str, float]:
         """One PPO iteration: rollout, reward, values, advantages, critic update, policy update.
 
-        GRPO (``ppo.advantage_estimator=grpo``) is the same step without the critic's phases."""
+        Without a critic (GRPO) it is the same step without the critic's phases."""
         cfg, timer = self.cfg, PhaseTimer()
-        gae = cfg.ppo.advantage_estimator == "gae"
         step_start = time.perf_counter()
 
         with timer("prompts"):
@@ -110,7 +110,7 @@ class PPOTrainer:
                 rewards, reward_parts = scored.total, scored.means()
             experience = experience.replace(rewards=broadcast(rewards))
 
-        if gae:
+        if self.value is not None:
             with timer("value_inference"), self.value.inference():
                 experience = experience.replace(old_values=self.value.get_values(experience))
 
@@ -123,35 +123,22 @@ class PPOTrainer:
             experience = self._with_rollout_correction(experience)
 
         with timer("advantages"):
-            experience = self._with_advantages(experience)
+            experience = self.estimate(experience)
 
-        critic_runs, policy_runs = [], []
         train_policy = self.steps_done >= cfg.ppo.policy_training_start_step
-        for _ in range(cfg.ppo.ppo_epochs):
-            # In separate pools the two updates overlap: both start locally, then their metrics are shared.
-            if gae:
-                with timer("critic_update"), self.value.training():
-                    critic_stats = self.value.train(experience)
-            if train_policy:
-                with timer("policy_update"), self.policy.training():
-                    policy_stats = self.policy.train(experience)
-            with timer("share_metrics"):
-                if gae:
-                    critic_runs.append(self.value.share(critic_stats))
-                if train_policy:
-                    policy_runs.append(self.policy.share(policy_stats))
+        runs = self._update(experience, train_policy, timer)
 
         if train_policy:
             with timer("weight_refit"):  # the generator samples the next step from the updated policy
-                self.policy.refit()
+                self.policy.refit(self.steps_done + 1)
 
         metrics = self._rollout_metrics(experience)
         metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_parts.items()}
-        if policy_runs:
-            metrics |= {f"train/{k}": v for k, v in mean_over(policy_runs).items()}
+        if runs.get("policy_update"):
+            metrics |= {f"train/{k}": v for k, v in mean_over(runs["policy_update"]).items()}
         metrics["train/skipped_steps"] = torch.tensor(float(self.policy.skipped_steps()))
-        if gae:
-            metrics |= self._critic_metrics(experience, critic_runs)
+        if self.value is not None:
+            metrics |= self._critic_metrics(experience, runs["critic_update"])
         step_seconds = time.perf_counter() - step_start
         metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
         if torch.cuda.is_available():  # the most this process has held on its GPU so far
@@ -160,6 +147,27 @@ class PPOTrainer:
         metrics["timing/step"] = torch.tensor(step_seconds)
         self.steps_done += 1
         return to_floats(metrics)
+
+    def _update(self, experience: Experience, train_policy: bool, timer: PhaseTimer) -> dict[str, list[dict]]:
+        """``ppo.ppo_epochs`` epochs of the critic's update and (when ``train_policy``) the policy's; each phase's
+        statistics per epoch, by phase name.
+
+        Every update of an epoch starts before any result is shared: a role's ``train`` runs on its own ranks
+        only and ``share`` is the collective, so in separate pools (``cluster.policy_ranks``) the critic and the
+        policy update at the same time, and colocated they run one after the other as before."""
+        updates = [(role, phase) for role, phase in [(self.value, "critic_update"),
+                                                     (self.policy if train_policy else None, "policy_update")]
+                   if role is not None]
+        runs: dict[str, list[dict]] = {phase: [] for _, phase in updates}
+        for _ in range(self.cfg.ppo.ppo_epochs):
+            started = []
+            for role, phase in updates:
+                with timer(phase), role.training():
+                    started.append((role, phase, role.train(experience)))
+            with timer("share_metrics"):
+                for role, phase, stats in started:
+                    runs[phase].append(role.share(stats))
+        return runs
 
     def _sampling_params(self) -> SamplingParams:
         gen = self.cfg.policy.generation
@@ -182,28 +190,6 @@ class PPOTrainer:
                                          cfg.loss.rollout_is, cfg.loss.rollout_is_cap)
             experience = experience.replace(is_weights=weights)
         return experience
-
-    def _with_advantages(self, experience: Experience) -> Experience:
-        """GRPO: group-normalised outcome rewards. GAE: token rewards (with in-reward KL if configured), then
-        decoupled GAE and whitening. Both over the samples that train (``Experience.train_mask``)."""
-        cfg = self.cfg
-        mask = experience.train_mask
-        if cfg.ppo.advantage_estimator == "grpo":
-            advantages = group_normalized_advantages(experience.rewards, mask, cfg.ppo.num_generations_per_prompt,
-                                                     sample_mask=experience.sample_mask)
-            return experience.replace(advantages=advantages)
-        kl = None
-        if cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward:
-            kl = kl_estimate(cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
-        token_rewards = token_level_rewards(experience.rewards, mask, kl, cfg.loss.kl_coef)
-        lambda_policy: float | torch.Tensor = cfg.ppo.lambda_policy
-        if cfg.ppo.length_adaptive_alpha > 0.0:
-            lambda_policy = length_adaptive_lambda(mask.sum(-1), cfg.ppo.length_adaptive_alpha)
-        advantages, returns = compute_advantages(
-            token_rewards, experience.old_values, mask, cfg.ppo.gamma, lambda_policy, cfg.ppo.lambda_value,
-            cfg.ppo.normalize_advantages,
-        )
-        return experience.replace(advantages=advantages, returns=returns)
 
     def _rollout_metrics(self, experience: Experience) -> dict[str, torch.Tensor]:
         """Metrics of the samples themselves (all of them), of the mismatch, and of the advantages (those
@@ -342,6 +328,7 @@ class PPOTrainer:
         self.loader.load_state_dict(replicated["loader"])
         checkpoint.set_rng_state(replicated["rng"])
         self.steps_done = int(replicated["steps_done"])
+        self.policy.refit(self.steps_done)  # the generator samples from the restored weights
         self.tracker_runs = replicated.get("trackers", {})  # absent in checkpoints written before trackers
         if is_main_rank():
             print(f"resumed from {ckpt.checkpoint_dir}/step_{step}", flush=True)

@@ -67,12 +67,12 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
     exp = exp.replace(old_values=values + 0.3 * noise, old_logprobs=logprobs + noise, ref_logprobs=reference)
     value_metrics, policy_metrics = value.train(exp), policy.train(exp)
     policy.finish_training()
-    policy.refit()  # refreshes the generation replica, as the trainer's weight_refit phase does
+    policy.refit(1)  # refreshes the generation replica, as the trainer's weight_refit phase does
     return {
         "values": values, "logprobs": logprobs, "ref_logprobs": reference,
         "value_metrics": value_metrics, "policy_metrics": policy_metrics,
         "policy_weights": _full(policy.model), "value_weights": _full(value.model),
-        "rollout_weights": {k: v.clone() for k, v in policy.rollout_model.state_dict().items()},
+        "rollout_weights": {k: v.clone() for k, v in policy.generator.model.state_dict().items()},
         # what the vLLM backend's refit streams (every name of a tied parameter)
         "streamed_weights": {name: t.clone() for name, t in policy._full_parameters()},
         "policy_local_numel": sum(_local(p).numel() for p in policy.model.parameters()),

@@ -116,7 +116,7 @@ def _worker_state(policy, value) -> dict:
     return {"offload": {name: _offload_policies(m) for name, m in models.items()},
             "checkpointing": {"policy": policy.model.is_gradient_checkpointing,
                               "reference": policy.reference.is_gradient_checkpointing,
-                              "replica": policy.rollout_model.is_gradient_checkpointing,
+                              "replica": policy.generator.model.is_gradient_checkpointing,
                               "value": value.model.backbone.is_gradient_checkpointing}}
 
 

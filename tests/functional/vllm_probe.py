@@ -14,7 +14,8 @@ import torch  # noqa: E402
 
 from dtppo import config as config_lib  # noqa: E402
 from dtppo.data.loader import encode_prompts  # noqa: E402
-from dtppo.rollout.sampler import SamplingParams, generate, stream_key  # noqa: E402
+from dtppo.rollout.generator import TorchGenerator  # noqa: E402
+from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
 from dtppo.trainer import PPOTrainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,7 +35,7 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     ids, key, n = torch.arange(16), stream_key(cfg.ppo.seed, 0), cfg.policy.generation.max_new_tokens
     greedy = SamplingParams(n, greedy=True)
     by_vllm = worker.sample(prompts, greedy, key, ids)
-    by_torch = generate(worker.model, prompts, greedy, worker.stop_ids, tok.pad_token_id, key, ids)
+    by_torch = TorchGenerator(worker.model, worker.stop_ids, tok.pad_token_id).sample(prompts, greedy, key, ids)
     tempered = SamplingParams(n, temperature=cfg.policy.generation.temperature)
     whole = responses(worker.sample(prompts, tempered, key, ids))
     halves = responses(worker.sample(prompts[:8], tempered, key, ids[:8])) + \
@@ -59,7 +60,7 @@ def main(sft_dir: str, out: str) -> None:
     steps = [trainer.step() for _ in range(STEPS_WITH_REFIT)]
     # Negative control: from here on the engine keeps the weights it has. The next step still samples from the
     # current policy; the one after samples from a policy one update old.
-    trainer.policy.worker.vllm.refit = lambda weights: None
+    trainer.policy.worker.generator.refit = lambda trained, version: None
     stale = [trainer.step() for _ in range(STEPS_WITHOUT_REFIT)]
     trainer.rewarder.close()
     result |= {"errors": [s["train/token_mult_prob_error"] for s in steps],

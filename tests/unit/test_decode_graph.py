@@ -12,7 +12,9 @@ from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.ops import logprobs_from_logits
-from dtppo.rollout.sampler import SamplingParams, counter_uniform, generate
+from dtppo.rollout.generator import TorchGenerator
+from dtppo.rollout.sampler import SamplingParams, counter_uniform
+
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny-math-cpu.yaml"
 
 
@@ -28,23 +30,26 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
                              cfg.data.max_prompt_tokens)
     stops, ids = stop_token_ids(model, tok), torch.arange(8)
 
+    eager_generator = TorchGenerator(model, stops, tok.pad_token_id)
+    graph_generator = TorchGenerator(model, stops, tok.pad_token_id, compile=True)
+
     def both(params: SamplingParams, key: int):
-        eager = generate(model, prompts, params, stops, tok.pad_token_id, key, ids)
-        graph = generate(model, prompts, params, stops, tok.pad_token_id, key, ids, compile=True)
+        eager = eager_generator.sample(prompts, params, key, ids)
+        graph = graph_generator.sample(prompts, params, key, ids)
         for b in range(len(prompts)):
             _same_or_a_tie(model, eager, graph, b, len(prompts[b]), params, key)
         return graph
 
     sampled = both(SamplingParams(cfg.policy.generation.max_new_tokens), key=3)
     both(SamplingParams(cfg.policy.generation.max_new_tokens, greedy=True), key=3)
-    (decoder,) = model._dtppo_graph_decoders.values()
+    (decoder,) = graph_generator.graph_decoders.values()
     addresses = [t.data_ptr() for t in decoder._graph_inputs()]
     with torch.no_grad():  # an optimizer step: every weight changes in place
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
     params = SamplingParams(cfg.policy.generation.max_new_tokens)
-    after = generate(model, prompts, params, stops, tok.pad_token_id, 3, ids, compile=True)
-    assert list(model._dtppo_graph_decoders.values()) == [decoder]
+    after = graph_generator.sample(prompts, params, 3, ids)
+    assert list(graph_generator.graph_decoders.values()) == [decoder]
     assert [t.data_ptr() for t in decoder._graph_inputs()] == addresses
     assert not torch.equal(after.input_ids, sampled.input_ids)  # the new weights were used: same key, other tokens
     # The refreshed decoder holds the new weights: a fresh one draws the same tokens, and its log-probs are a full
@@ -54,8 +59,7 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
         full = logprobs_from_logits(model(input_ids=after.input_ids, attention_mask=after.attention_mask).logits,
                                     after.input_ids)
     assert float(((full - after.gen_logprobs).abs() * after.response_mask).max()) < 1e-5
-    model.__dict__.pop("_dtppo_graph_decoders")
-    fresh = generate(model, prompts, params, stops, tok.pad_token_id, 3, ids, compile=True)
+    fresh = TorchGenerator(model, stops, tok.pad_token_id, compile=True).sample(prompts, params, 3, ids)
     assert torch.equal(fresh.input_ids, after.input_ids) and torch.equal(fresh.gen_logprobs, after.gen_logprobs)
 
 

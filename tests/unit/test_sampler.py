@@ -4,7 +4,8 @@ from dtppo.config import ModelConfig
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.ops import logprobs_from_logits
-from dtppo.rollout.sampler import SamplingParams, choose_tokens, counter_uniform, generate
+from dtppo.rollout.generator import TorchGenerator
+from dtppo.rollout.sampler import SamplingParams, choose_tokens, counter_uniform
 
 TOK = build_char_tokenizer()
 
@@ -20,7 +21,7 @@ def _prompts(n):
 
 def test_generation_logprobs_match_a_full_forward():
     model = _model()
-    exp = generate(model, _prompts(8), SamplingParams(20), (TOK.eos_token_id,), TOK.pad_token_id, 7, torch.arange(8))
+    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(_prompts(8), SamplingParams(20), 7, torch.arange(8))
     with torch.no_grad():
         lp = logprobs_from_logits(model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids)
     err = ((lp - exp.gen_logprobs).abs() * exp.response_mask).max()
@@ -32,8 +33,7 @@ def test_generation_logprobs_are_of_the_tempered_distribution():
     """At T = 0.7 π_gen is softmax(logits / 0.7), as the trainer computes it: token_mult_prob_error ≈ 1; the
     untempered log-probs (what a sampler that ignored T would report) are far off."""
     model, mask_error = _model(), lambda a, b, m: float((torch.exp((a - b).abs()) * m).sum() / m.sum())
-    exp = generate(model, _prompts(8), SamplingParams(20, temperature=0.7), (TOK.eos_token_id,), TOK.pad_token_id, 7,
-                   torch.arange(8))
+    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(_prompts(8), SamplingParams(20, temperature=0.7), 7, torch.arange(8))
     with torch.no_grad():
         logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
     tempered, plain = (logprobs_from_logits(logits / t, exp.input_ids) for t in (0.7, 1.0))
@@ -44,7 +44,7 @@ def test_generation_logprobs_are_of_the_tempered_distribution():
 def test_rows_are_right_padded_prompt_then_response():
     model = _model()
     prompts = _prompts(5)
-    exp = generate(model, prompts, SamplingParams(12), (TOK.eos_token_id,), TOK.pad_token_id, 1, torch.arange(5))
+    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts, SamplingParams(12), 1, torch.arange(5))
     for b, p in enumerate(prompts):
         assert exp.input_ids[b, : len(p)].tolist() == p
         n = int(exp.response_mask[b].sum())
@@ -58,13 +58,12 @@ def test_rows_are_right_padded_prompt_then_response():
 def test_samples_depend_only_on_key_and_sample_id():
     model = _model()
     prompts = _prompts(6)
-    full = generate(model, prompts, SamplingParams(16), (TOK.eos_token_id,), TOK.pad_token_id, 42, torch.arange(6))
-    part = generate(model, prompts[3:], SamplingParams(16), (TOK.eos_token_id,), TOK.pad_token_id, 42,
-                    torch.arange(3, 6))
+    full = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts, SamplingParams(16), 42, torch.arange(6))
+    part = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts[3:], SamplingParams(16), 42, torch.arange(3, 6))
     for i in range(3):
         n = int(part.attention_mask[i].sum())
         assert torch.equal(part.input_ids[i, :n], full.input_ids[3 + i, :n])
-    other = generate(model, prompts, SamplingParams(16), (TOK.eos_token_id,), TOK.pad_token_id, 43, torch.arange(6))
+    other = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts, SamplingParams(16), 43, torch.arange(6))
     assert not torch.equal(other.input_ids, full.input_ids)
 
 
@@ -85,17 +84,18 @@ def test_top_p_and_greedy():
     assert greedy.tolist() == [0, 0] and torch.allclose(glp, torch.log(torch.tensor([0.6, 0.6])))
 
 
-def test_static_decoder_matches_the_hf_forward_path(monkeypatch):
-    """Same key, same tokens whether the Qwen2 fast path or the model's own forward + cache decodes."""
-    from dtppo.rollout import sampler
-
+def test_static_decoder_matches_the_hf_forward_path():
+    """Same key, same tokens whether the static-KV decoder or the model's own forward + cache decodes."""
     model = _model()
     prompts = _prompts(6)
-    fast = generate(model, prompts, SamplingParams(20), (TOK.eos_token_id,), TOK.pad_token_id, 5, torch.arange(6))
-    monkeypatch.setattr(sampler, "static_decoder_supported", lambda m: False)
-    slow = generate(model, prompts, SamplingParams(20), (TOK.eos_token_id,), TOK.pad_token_id, 5, torch.arange(6))
-    assert torch.equal(fast.input_ids, slow.input_ids) and torch.equal(fast.response_mask, slow.response_mask)
-    assert (fast.gen_logprobs - slow.gen_logprobs).abs().max() < 1e-5
+    fast = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id, "static")
+    slow = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id, "hf")
+    assert TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).decoder == "static"  # auto, on Qwen2
+    fast_rows = fast.sample(prompts, SamplingParams(20), 5, torch.arange(6))
+    slow_rows = slow.sample(prompts, SamplingParams(20), 5, torch.arange(6))
+    assert torch.equal(fast_rows.input_ids, slow_rows.input_ids)
+    assert torch.equal(fast_rows.response_mask, slow_rows.response_mask)
+    assert (fast_rows.gen_logprobs - slow_rows.gen_logprobs).abs().max() < 1e-5
 
 
 def test_noise_drawn_in_chunks_equals_noise_drawn_per_step():
@@ -116,7 +116,7 @@ def test_a_second_stop_token_from_the_generation_config_ends_rows(tmp_path):
 
     model = _model()
     prompts, eos, pad = _prompts(8), TOK.eos_token_id, TOK.pad_token_id
-    plain = generate(model, prompts, SamplingParams(24), (eos,), pad, 3, torch.arange(8))
+    plain = TorchGenerator(model, (eos,), pad).sample(prompts, SamplingParams(24), 3, torch.arange(8))
     responses = [row[m.bool()].tolist() for row, m in zip(plain.input_ids, plain.response_mask)]
     second = max(set(sum(responses, [])) - {eos}, key=lambda tok: sum(tok in r[:-1] for r in responses))
     model.generation_config = GenerationConfig(eos_token_id=[eos, second], pad_token_id=pad)
@@ -124,7 +124,7 @@ def test_a_second_stop_token_from_the_generation_config_ends_rows(tmp_path):
     reloaded = build_causal_lm(str(tmp_path), ModelConfig().tiny, len(TOK), pad, eos, seed=0).eval()
     stops = stop_token_ids(reloaded, TOK)
     assert stops == (eos, second)
-    both = generate(reloaded, prompts, SamplingParams(24), stops, pad, 3, torch.arange(8))
+    both = TorchGenerator(reloaded, stops, pad).sample(prompts, SamplingParams(24), 3, torch.arange(8))
     ended_early = 0
     for b, (p, before) in enumerate(zip(prompts, responses)):
         after = both.input_ids[b, len(p) : len(p) + int(both.response_mask[b].sum())].tolist()

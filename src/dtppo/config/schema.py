@@ -96,11 +96,17 @@ class GenerationConfig:
     installed: ``make venv`` puts the CPU build in .venv, README names the GPU wheel)."""
     vllm_kv_cache_mib: int = 256
     """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
+    decoder: Literal["auto", "hf", "static"] = "auto"
+    """torch backend: what computes the next-token logits. ``static``: dtppo's static-KV decoder (preallocated
+    cache, q/k/v and gate/up stacked, a dozen kernels per layer per token), for plain Qwen2/Llama decoders only;
+    ``hf``: the model's own forward with its cache, any architecture; ``auto``: static where it applies, else hf.
+    The choice is printed at start."""
     decode_graph: bool = False
     """torch backend: run each decode step as one compiled graph (``torch.compile``, mode ``reduce-overhead``: on
     GPUs a CUDA graph replayed per token, so a step costs one launch instead of hundreds; on CPU inductor's
-    fused kernels). Same tokens and log-probs as eager decoding. Qwen2/Llama-shaped policies only (others decode
-    eagerly); the first rollout of each batch shape compiles (tens of seconds)."""
+    fused kernels). The same tokens and log-probs as eager decoding up to rounding (a near-tie between two tokens
+    may break the other way). Needs the static decoder; the first rollout of each batch shape compiles (tens of
+    seconds)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -568,6 +574,11 @@ class Config:
         ppo, batch = self.ppo, getattr(self, role).train_global_batch_size
         steps = ppo.max_num_steps - (ppo.policy_training_start_step if role == "policy" else 0)
         return max(steps, 0) * ppo.ppo_epochs * (self.samples_per_step // batch if batch > 0 else 0)
+
+    @property
+    def has_critic(self) -> bool:
+        """Whether the run trains a value model: ``ppo.advantage_estimator=gae`` (GRPO needs none)."""
+        return self.ppo.advantage_estimator == "gae"
 
     @property
     def samples_per_step(self) -> int:

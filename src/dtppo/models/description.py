@@ -30,7 +30,7 @@ def describe_models(cfg: Config, policy: PreTrainedModel, tokenizer: PreTrainedT
         policy.config.save_pretrained(root / POLICY)
         policy.generation_config.save_pretrained(root / POLICY)
         tokenizer.save_pretrained(root / POLICY)
-        if cfg.ppo.advantage_estimator == "gae":
+        if cfg.has_critic:
             critic_config(cfg, tokenizer).save_pretrained(root / CRITIC)
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 

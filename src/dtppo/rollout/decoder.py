@@ -176,6 +176,7 @@ class StaticKVDecoder:
         self.key_mask = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
         self.rotary = inner.rotary_emb
         self.max_len, self.compile = max_len, compile
+        self.width, self.step_rotations = 0, torch.empty(0)  # set by ``start``, per rollout
         self.forward = _compiled(self.device.type == "cuda") if compile else _forward
         self.graphs = compile and self.device.type == "cuda"
         if self.graphs:
@@ -223,6 +224,18 @@ class StaticKVDecoder:
         half = cos.shape[-1] // 2
         return torch.stack([cos[..., :half].float(), sin[..., :half].float()], dim=-1)[:, :, None]
 
+    def start(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+              prompt_lengths: torch.Tensor, max_new: int) -> torch.Tensor:
+        """Prefill the left-padded prompts ``ids``, ``attention_mask``, ``positions`` [B, W] (``prompt_lengths``
+        [B]) for a rollout of up to ``max_new`` tokens; returns the first next-token logits [B, V]."""
+        self.width = ids.shape[1]
+        self.step_rotations = self.rotations(prompt_lengths[:, None] + torch.arange(max_new, device=ids.device)[None])
+        return self.prefill(ids, attention_mask, positions)
+
+    def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
+        """Feed the ``t``-th response token of each row, tokens [B]; returns the next logits [B, V]."""
+        return self.decode(tokens, self.width + t, self.step_rotations[:, t])
+
     def prefill(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Left-padded prompts ``ids``, ``attention_mask``, ``positions`` [B, W] -> next-token logits [B, V]."""
         batch, width = ids.shape
@@ -261,6 +274,17 @@ class HFCacheDecoder:
         name = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
         self.cache = {name: DynamicCache()}
         self.attention_mask: torch.Tensor | None = None
+        self.prompt_lengths: torch.Tensor | None = None
+
+    def start(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+              prompt_lengths: torch.Tensor, max_new: int) -> torch.Tensor:
+        """As ``StaticKVDecoder.start``; the cache grows as it goes."""
+        self.prompt_lengths = prompt_lengths
+        return self.prefill(ids, attention_mask, positions)
+
+    def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
+        """As ``StaticKVDecoder.step``."""
+        return self.decode(tokens, self.prompt_lengths + t)
 
     def prefill(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         self.attention_mask = attention_mask

@@ -6,10 +6,9 @@ sample's tokens therefore depend only on its global index, not on batch composit
 it, and need no RNG state to resume. One number per row and step, not one per vocabulary entry: hashing every
 cell of a [rows, 151,936] vocabulary cost more than the decode step itself (bench/sampling.py).
 
-Speed (bench/rollout.py): Qwen2/Llama-shaped policies decode through ``StaticKVDecoder`` (preallocated
-cache, a dozen kernels per layer per token, optionally torch.compile'd); stop tokens are checked on the host
-only every few steps, and tokens sampled after a row's stop token are blanked once at the end. Other
-architectures use the HF forward with its own cache.
+Speed (bench/rollout.py): the decoder (``rollout.decoder``, chosen by ``rollout.generator``) computes the
+next-token logits; stop tokens are checked on the host only every few steps, and tokens sampled after a row's
+stop token are blanked once at the end.
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
-
-from dtppo.rollout.decoder import HFCacheDecoder, StaticKVDecoder, static_decoder_supported
+from dtppo.rollout.decoder import HFCacheDecoder, StaticKVDecoder
 from dtppo.types import Experience, build_response_mask
 
 # splitmix64 constants as signed int64 (torch has no uint64 arithmetic); products wrap modulo 2**64.
@@ -139,19 +136,6 @@ def choose_tokens(
     return pick_tokens(logits, params, uniform)
 
 
-def _graph_decoder(model: PreTrainedModel, batch: int, max_len: int) -> StaticKVDecoder:
-    """The compiled decoder for (batch, cache length), kept on the model across calls and refreshed with its
-    current weights: a CUDA graph reads fixed addresses, and a new address re-records it (torch stops recording a
-    function after 128 unexpected re-records and falls back to eager)."""
-    decoders = model.__dict__.setdefault("_dtppo_graph_decoders", {})
-    decoder = decoders.get((batch, max_len))
-    if decoder is None:
-        decoder = decoders[(batch, max_len)] = StaticKVDecoder(model, batch, max_len, compile=True)
-    else:
-        decoder.refresh()
-    return decoder
-
-
 def left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, attention_mask, prompt_lengths): prompts left-padded so every row's next token is column W."""
@@ -162,39 +146,28 @@ def left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
     return ids, attn, lengths
 
 
-@torch.no_grad()
-def generate(
-    model: PreTrainedModel,
-    prompts: list[list[int]],
+def sample_tokens(
+    decoder: StaticKVDecoder | HFCacheDecoder,
+    ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_lengths: torch.Tensor,
     params: SamplingParams,
     stop_ids: Sequence[int],
     pad_id: int,
     key: int,
     sample_ids: torch.Tensor,
-    compile: bool = False,
 ) -> Experience:
-    """Sample a response for every prompt; returns right-padded ``[prompt | response | pad]`` rows.
+    """Sample a response for every prompt with ``decoder``; returns right-padded ``[prompt | response | pad]`` rows.
 
-    prompts: B lists of token ids; sample_ids: [B] global sample indices (drive the noise); stop_ids: the tokens
-    that end a response (``models.causal_lm.stop_token_ids``). The response includes its first stop token; rows
-    without one are ``truncated``.
-    ``compile``: run the decode step as a compiled graph (``policy.generation.decode_graph``; Qwen2/Llama-shaped
-    models; the first call per batch size and cache length compiles). Its decoder, with its KV cache, stays on the
-    model between calls.
+    ids, attention_mask: [B, W] left-padded prompts (``left_padded``); prompt_lengths: [B]; sample_ids: [B] global
+    sample indices (drive the noise); stop_ids: the tokens that end a response
+    (``models.causal_lm.stop_token_ids``). The response includes its first stop token; rows without one are
+    ``truncated``. The decoder is one fresh for this rollout, or a compiled one refreshed (``rollout.generator``).
     """
-    device = next(model.parameters()).device
-    ids, attn, prompt_lengths = left_padded(prompts, pad_id, device)
-    batch, width, max_new = ids.shape[0], ids.shape[1], params.max_new_tokens
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    static = static_decoder_supported(model)
-    if static:
-        # The compiled step sees the whole cache; rounding its length up lets nearby prompt widths share a graph.
-        max_len = -(-(width + max_new) // 64) * 64 if compile else width + max_new
-        decoder = _graph_decoder(model, batch, max_len) if compile else StaticKVDecoder(model, batch, max_len)
-        rotations = decoder.rotations(prompt_lengths[:, None] + torch.arange(max_new, device=device)[None])
-    else:
-        decoder = HFCacheDecoder(model)
-    logits = decoder.prefill(ids, attn, positions)
+    device = ids.device
+    batch, max_new = ids.shape[0], params.max_new_tokens
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = decoder.start(ids, attention_mask, positions, prompt_lengths, max_new)
     uniforms = None if params.greedy else counter_uniform_steps(key, sample_ids.to(device), 0, max_new, 1)[..., 0]
     stop = torch.tensor(list(stop_ids), dtype=torch.long, device=device)
     tokens = torch.full((max_new, batch), pad_id, dtype=torch.long, device=device)
@@ -207,8 +180,7 @@ def generate(
                                 and bool(torch.isin(tokens[: t + 1], stop).any(0).all())):
             steps = t + 1
             break
-        logits = (decoder.decode(tok, width + t, rotations[:, t]) if static
-                  else decoder.decode(tok, prompt_lengths + t))
+        logits = decoder.step(tok, t)
     return right_padded(ids, prompt_lengths, tokens[:steps].T, logprobs[:steps].T, stop_ids, pad_id)
 
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from dtppo.models.ties import tied_names, untied
@@ -71,13 +73,28 @@ def _untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.detach().contiguous() for name, t in untied(model.state_dict(), tied_names(model)).items()}
 
 
-class VLLMEngine:
-    """A vLLM ``LLM`` holding a copy of the policy, with dtppo's generate/refit/sleep/wake on top."""
+def full_parameters(model: nn.Module, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, whole tensor) per parameter of ``model`` (sharded or not), gathered lazily: collective, every
+    policy rank iterates. Tied parameters come under each of their names: vLLM's CPU build keeps a separate
+    (repacked) copy of a tied lm_head, which would otherwise keep its old weights."""
+    for name, param in model.named_parameters(remove_duplicate=False):
+        data = param.detach()
+        # Offloaded shards live in host memory: gathered on the device, as FSDP2's own all-gathers are.
+        yield name, data.to(device).full_tensor() if isinstance(data, DTensor) else data
 
-    def __init__(self, model: PreTrainedModel, max_model_len: int, kv_cache_mib: int, seed: int):
+
+class VLLMEngine:
+    """A ``Generator``: a vLLM ``LLM`` holding a copy of the policy, refit in place, asleep between rollouts
+    where the build supports sleep mode (GPU builds)."""
+
+    def __init__(self, model: PreTrainedModel, stop_ids: Sequence[int], pad_id: int, max_model_len: int,
+                 kv_cache_mib: int, seed: int, device: torch.device):
+        """device: where the policy trains (sharded weights are gathered there for a refit)."""
         from vllm import LLM
         from vllm.platforms import current_platform
 
+        self.stop_ids, self.pad_id, self.version = tuple(stop_ids), pad_id, 0
+        self.device = device
         # Sleep mode exists on CUDA/ROCm/XPU builds only; the CPU build rejects enable_sleep_mode=True.
         self.sleep_supported = bool(current_platform.is_sleep_mode_available())
         for name in FILTERED_LOGGERS:
@@ -99,13 +116,31 @@ class VLLMEngine:
                            enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192),
                            enable_sleep_mode=self.sleep_supported)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, stop_ids: Sequence[int], pad_id: int,
-                 key: int, sample_ids: torch.Tensor) -> Experience:
-        """Same contract as ``dtppo.rollout.sampler.generate``: right-padded ``[prompt | response | pad]`` rows,
-        the first stop token kept when sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""
+    def describe(self) -> str:
+        sleep = "asleep between rollouts" if self.sleep_supported else "awake throughout (no sleep mode here)"
+        return f"vllm backend, one in-process engine per policy rank, {sleep}"
+
+    def prepare(self) -> None:
+        """Undo ``finish`` (weights back on the device, KV cache reallocated); nothing when awake or on CPU."""
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def finish(self) -> None:
+        """Where supported (GPU builds): sleep level 1, free the KV cache and move the weights to host memory.
+        CPU: nothing."""
+        if self.sleep_supported and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+               ) -> Experience:
+        """``Generator.sample``: right-padded ``[prompt | response | pad]`` rows, the first stop token kept when
+        sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
+        stop_ids, pad_id = self.stop_ids, self.pad_id
         # ignore_eos + stop_token_ids: dtppo's stop set is the only stop (vLLM's own EOS would come from the config
         # it was given, which names one EOS, not the generation config's list).
         requests = [
@@ -126,23 +161,13 @@ class VLLMEngine:
         ids, _, prompt_lengths = left_padded(prompts, pad_id, torch.device("cpu"))
         return right_padded(ids, prompt_lengths, tokens, logprobs, stop_ids, pad_id)
 
-    def refit(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load new weights in place (HF parameter names, full tensors); ``weights`` is consumed lazily, so a
-        generator that gathers one tensor at a time keeps the extra memory near one layer."""
-        self.wake()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
-
-    def sleep(self) -> None:
-        """Where supported (GPU builds): free the KV cache and move the weights to host memory. CPU: nothing."""
-        if self.sleep_supported and not self.asleep:
-            self.llm.sleep(level=1)
-            self.asleep = True
-
-    def wake(self) -> None:
-        """Undo ``sleep`` (weights back on the device, KV cache reallocated); nothing when awake or on CPU."""
-        if self.asleep:
-            self.llm.wake_up()
-            self.asleep = False
+    def refit(self, trained: nn.Module, version: int) -> None:
+        """Load the weights of ``trained`` in place (HF parameter names, full tensors), gathered one tensor at a time
+        and consumed lazily by vLLM, so the extra memory stays near one layer."""
+        self.prepare()
+        weights = full_parameters(trained, self.device)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.version = version
 
     def close(self) -> None:
         """Destroy the process groups vLLM built over the job's ranks, while the job's default group still

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.tensor import DTensor
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
+from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import gen_logprob_error
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.loading import disable_dropout
 from dtppo.models.logprobs import token_logprobs
 from dtppo.packing import pack_rows
-from dtppo.rollout.sampler import SamplingParams, generate
+from dtppo.rollout.generator import build_generator
+from dtppo.rollout.sampler import SamplingParams
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
 from dtppo.workers.layout import RankLayout
@@ -40,77 +39,42 @@ class PolicyWorker(Worker):
             cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
             tokenizer.eos_token_id, cfg.ppo.seed,
         ))
-        # Generation runs on a whole (unsharded) copy of the policy, refreshed after each update (``refit``), so
-        # ranks decode independently with no collective per token and may stop at different lengths. torch:
-        # a replica in the compute dtype (the model itself when unsharded); vllm: the engine's own copy, so no
-        # replica is kept. Copies are taken on the CPU, before the policy is wrapped: one device copy each.
+        # Copies are taken on the CPU, before the policy is wrapped: one device copy each.
         self.stop_ids = stop_token_ids(full, tokenizer)
-        gen, section = cfg.policy.generation, cfg.policy
-        self.rollout_model = None
-        self.vllm = None
-        if gen.backend == "vllm":
-            from dtppo.rollout.vllm_engine import VLLMEngine
-
-            max_len = min(cfg.data.max_prompt_tokens + gen.max_new_tokens, full.config.max_position_embeddings)
-            self.vllm = VLLMEngine(full, max_len, gen.vllm_kv_cache_mib, cfg.ppo.seed)
-        elif self.layout.sharded:
-            self.rollout_model = self.layout.replica(full)
+        section = cfg.policy
+        self.generator = build_generator(
+            section.generation, full, self.stop_ids, tokenizer.pad_token_id,
+            max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.ppo.seed, device=self.layout.device,
+            replica=self.layout.replica if self.layout.sharded else None,
+        )
+        if is_main_rank():
+            print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
             # Offloaded with the policy when it is: a frozen model's parameters are all the memory it has.
             self.reference = self.layout.wrap(copy.deepcopy(full).eval().requires_grad_(False),
                                               cpu_offload=section.cpu_offload)
         self.model = self.layout.wrap(full, section.activation_checkpointing, section.cpu_offload)
-        if gen.backend == "torch" and not self.layout.sharded:
-            self.rollout_model = self.model
         self.engine = self._build_engine(section)
 
-    # ---- generation: the vLLM engine sleeps outside these phases where its build supports sleep mode
+    # ---- generation (``rollout.generator``: the engine, its decoder and its copy of the weights live behind it)
     def prepare_for_generation(self) -> None:
-        """vllm: wake the engine if it sleeps (GPU builds). torch: the replica in eval mode (it stays resident)."""
-        if self.vllm is not None:
-            self.vllm.wake()
-        else:
-            self.rollout_model.eval()
+        self.generator.prepare()
 
     def finish_generation(self) -> None:
-        """vllm on GPU builds: sleep level 1 (free the KV cache, move the engine's weights to host memory).
-        vllm on CPU and torch: nothing."""
-        if self.vllm is not None:
-            self.vllm.sleep()
+        self.generator.finish()
 
-    def refit(self) -> None:
-        """Give the generator the weights just trained. torch: the sharded model's full state dict is loaded
-        into the replica (nothing to do when the model is unsharded: the replica is the model). vllm: the
-        parameters are gathered one at a time (``full_tensor`` per DTensor) and streamed into the engine."""
-        if self.vllm is not None:
-            self.vllm.refit(self._full_parameters())
-        elif self.layout.sharded:
-            full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
-            self.rollout_model.load_state_dict(full)
+    def refit(self, version: int) -> None:
+        """Give the generator the weights just trained, policy version ``version`` (collective when sharded)."""
+        self.generator.refit(self.model, version)
 
     def close(self) -> None:
-        """End of the run: release the vLLM engine's process groups (nothing to do for the torch backend)."""
-        if self.vllm is not None:
-            self.vllm.close()
-
-    def _full_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(HF name, whole tensor) per parameter, gathered lazily: collective, every policy rank iterates.
-        Tied parameters come under each of their names: vLLM's CPU build keeps a separate (repacked) copy of
-        a tied lm_head, which would otherwise keep its old weights."""
-        for name, param in self.model.named_parameters(remove_duplicate=False):
-            data = param.detach()
-            # Offloaded shards live in host memory: gathered on the device, as FSDP2's own all-gathers are.
-            yield name, data.to(self.layout.device).full_tensor() if isinstance(data, DTensor) else data
+        self.generator.close()
 
     def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
                ) -> Experience:
-        """Responses to ``prompts`` from this rank's generator, with the selected backend; sample_ids: [B]."""
-        pad_id = self.tokenizer.pad_token_id
-        if self.vllm is not None:
-            return self.vllm.generate(prompts, params, self.stop_ids, pad_id, key, sample_ids)
-        return generate(self.rollout_model, prompts, params, self.stop_ids, pad_id, key, sample_ids,
-                        compile=self.cfg.policy.generation.decode_graph).to("cpu")
+        """Responses to ``prompts`` from this rank's generator; sample_ids: [B]."""
+        return self.generator.sample(prompts, params, key, sample_ids)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
@@ -173,6 +137,3 @@ class PolicyWorker(Worker):
             experience, self.loss, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
         )
 
-    def load_checkpoint(self, sharded: dict, extra: dict) -> None:
-        super().load_checkpoint(sharded, extra)
-        self.refit()

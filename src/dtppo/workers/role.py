@@ -103,17 +103,17 @@ class PolicyRole(Role[PolicyWorker]):
         """Log-probs of the frozen reference policy, [B, T] on every rank."""
         return self._everywhere(lambda p: p.get_reference_logprobs(experience))
 
-    def refit(self) -> None:
-        """Give the generator (torch replica or vLLM engine) the weights just trained, on the policy's ranks."""
-        self._local(lambda p: p.refit())
+    def refit(self, version: int) -> None:
+        """Give the generator the weights just trained (policy version ``version``), on the policy's ranks."""
+        self._local(lambda p: p.refit(version))
 
     def close(self) -> None:
         """End of the run: release the generator's resources (the vLLM engine's process groups)."""
         self._local(lambda p: p.close())
 
     def sample_validation(self, problems: list[Problem], step: int) -> Responses:
-        """Validation answers to ``problems`` from the selected generation backend, on every rank."""
-        return self._everywhere(lambda p: sample_responses(p.sample, p.tokenizer, problems, p.cfg, step))
+        """Validation answers to ``problems`` from the policy's generator, on every rank."""
+        return self._everywhere(lambda p: sample_responses(p.generator, p.tokenizer, problems, p.cfg, step))
 
 
 class ValueRole(Role[ValueWorker]):

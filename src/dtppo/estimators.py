@@ -1,0 +1,72 @@
+"""Advantage estimators: the one choice between PPO with a critic (GAE) and GRPO, made once from the config.
+
+Each is a callable ``Experience -> Experience`` that fills ``advantages`` (and, with a critic, ``returns``) over
+the samples that train (``Experience.train_mask``), built on the pure functions of ``algorithms.advantages``.
+The trainer builds one in its constructor and otherwise asks only whether it has a critic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from dtppo.algorithms.advantages import (compute_advantages, group_normalized_advantages, length_adaptive_lambda,
+                                         token_level_rewards)
+from dtppo.algorithms.kl import kl_estimate
+from dtppo.config import Config
+from dtppo.types import Experience
+
+Estimator = Callable[[Experience], Experience]
+
+
+@dataclass(frozen=True)
+class GAEEstimator:
+    """Token rewards (the outcome reward at the last response token, minus ``kl_coef``·KL per token when the KL
+    is in the reward), then decoupled GAE (λ for the policy, λ for the critic's returns) and whitening."""
+
+    gamma: float
+    lambda_policy: float
+    lambda_value: float
+    normalize: bool
+    length_adaptive_alpha: float
+    kl_in_reward_coef: float      # 0: no KL term in the reward
+    kl_estimator: str
+
+    def __call__(self, experience: Experience) -> Experience:
+        """Needs ``rewards`` [B], ``old_values`` [B, T] (and ``old_logprobs``/``ref_logprobs`` [B, T] for the KL)."""
+        mask = experience.train_mask
+        kl = None
+        if self.kl_in_reward_coef > 0.0:
+            kl = kl_estimate(self.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
+        token_rewards = token_level_rewards(experience.rewards, mask, kl, self.kl_in_reward_coef)
+        lambda_policy: float | torch.Tensor = self.lambda_policy
+        if self.length_adaptive_alpha > 0.0:
+            lambda_policy = length_adaptive_lambda(mask.sum(-1), self.length_adaptive_alpha)
+        advantages, returns = compute_advantages(token_rewards, experience.old_values, mask, self.gamma,
+                                                 lambda_policy, self.lambda_value, self.normalize)
+        return experience.replace(advantages=advantages, returns=returns)
+
+
+@dataclass(frozen=True)
+class GRPOEstimator:
+    """Group-normalised outcome rewards: each sample against the other samples of its prompt."""
+
+    group_size: int
+
+    def __call__(self, experience: Experience) -> Experience:
+        """Needs ``rewards`` [B], B a multiple of ``group_size`` with a prompt's samples adjacent."""
+        advantages = group_normalized_advantages(experience.rewards, experience.train_mask, self.group_size,
+                                                 sample_mask=experience.sample_mask)
+        return experience.replace(advantages=advantages)
+
+
+def build_estimator(cfg: Config) -> Estimator:
+    """GAE with a critic (``ppo.advantage_estimator=gae``), GRPO without."""
+    ppo, loss = cfg.ppo, cfg.loss
+    if ppo.advantage_estimator == "grpo":
+        return GRPOEstimator(ppo.num_generations_per_prompt)
+    kl_coef = loss.kl_coef if loss.kl_coef > 0.0 and loss.kl_in_reward else 0.0
+    return GAEEstimator(ppo.gamma, ppo.lambda_policy, ppo.lambda_value, ppo.normalize_advantages,
+                        ppo.length_adaptive_alpha, kl_coef, loss.kl_estimator)
