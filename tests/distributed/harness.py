@@ -15,6 +15,7 @@ from dtppo import config as config_lib
 from dtppo.distributed.comm import rank
 from dtppo.distributed.launch import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
+from dtppo.rollout.vllm_engine import full_parameters
 from dtppo.types import Experience, build_response_mask
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
@@ -74,7 +75,7 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
         "policy_weights": _full(policy.model), "value_weights": _full(value.model),
         "rollout_weights": {k: v.clone() for k, v in policy.generator.model.state_dict().items()},
         # what the vLLM backend's refit streams (every name of a tied parameter)
-        "streamed_weights": {name: t.clone() for name, t in policy._full_parameters()},
+        "streamed_weights": {name: t.clone() for name, t in full_parameters(policy.model, policy.layout.device)},
         "policy_local_numel": sum(_local(p).numel() for p in policy.model.parameters()),
         **(inspect(policy, value) if inspect is not None else {}),
     }

@@ -39,6 +39,8 @@ def test_reference_gates(ppo_run):
         assert r["timing/generation"] > 0 and r["perf/tokens_per_sec"] > 0
     assert "validation/accuracy" in steps[-1]
     assert "dtppo results" in proc.stdout and "ETA" in proc.stdout
+    # The generator's choice, printed once at start (the tiny policy is Qwen2-shaped: auto picks the static decoder).
+    assert proc.stdout.count("generation: torch backend, static decoder (qwen2 model)") == 1
 
 
 def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
