@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO / "src"))
 from dtppo import config as config_lib  # noqa: E402
 from dtppo.logging import explained_var_mean, read_metrics  # noqa: E402
 from dtppo.plot import curve  # noqa: E402
+from dtppo.preflight import preflight  # noqa: E402
 
 DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"
@@ -155,6 +156,7 @@ def plan(args: argparse.Namespace) -> tuple[list[dict], Path]:
                 log_dir = root / args.table / f"{arm}{tag}_seed{seed}"
                 overrides = [*common, *sft, *extra, f"ppo.seed={seed}", f"logger.log_dir={log_dir}"]
                 cfg = config_lib.load(args.recipe, overrides)  # a bad arm fails here, before any run starts
+                preflight(cfg)
                 command = ["python", "-m", "dtppo", "ppo", _shown(args.recipe), *overrides]
                 runs.append({"arm": arm, "sft_seed": cfg.sft.seed, "seed": seed, "log_dir": str(log_dir),
                              "sft_dir": cfg.sft.output_dir, "command": " ".join(command), "argv": command,

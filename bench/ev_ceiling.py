@@ -47,6 +47,7 @@ from dtppo.evaluation import decode_responses  # noqa: E402
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids  # noqa: E402
 from dtppo.models.tokenizer import load_tokenizer  # noqa: E402
 from dtppo.models.value import ValueModel  # noqa: E402
+from dtppo.preflight import preflight  # noqa: E402
 from dtppo.rewards.scoring import score_responses  # noqa: E402
 from dtppo.rollout.generator import TorchGenerator  # noqa: E402
 from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
@@ -138,6 +139,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "ev_ceiling.json"))
     args = parser.parse_args()
     cfg = config_lib.load(args.recipe, args.overrides)
+    preflight(cfg)
     model_dir = args.model or cfg.sft.output_dir
     torch.manual_seed(args.seed)
     experience, rewards, prompt_ids, bare, hard = sample(cfg, model_dir, args.prompts, args.samples, args.seed,

@@ -22,16 +22,11 @@ DEBUG_ENV = "DTPPO_DEBUG"
 
 
 def _load(args: argparse.Namespace) -> config_lib.Config:
-    from dtppo.distributed.launch import under_torchrun
+    from dtppo.preflight import preflight
 
     try:
         cfg = config_lib.load(args.recipe, args.overrides)
-        if cfg.cluster.num_nodes > 1 and cfg.cluster.backend == "local" and not under_torchrun():
-            raise config_lib.ConfigError(
-                "cluster.num_nodes: several nodes need cluster.backend=ray or a launcher (torchrun) on each node"
-            )
-        if cfg.cluster.backend == "ray" and under_torchrun():
-            raise config_lib.ConfigError("cluster.backend: ray starts its own ranks; do not run it under torchrun")
+        preflight(cfg)
     except config_lib.ConfigError as err:
         _debug_traceback(err)
         print(f"dtppo: config error: {err}", file=sys.stderr)

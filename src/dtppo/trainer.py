@@ -71,7 +71,7 @@ class PPOTrainer:
             self.value = ValueRole(ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
                                    value_layout.ranks, cluster.colocated)
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
-        check_reward_arguments(cfg, [train_source[0]])
+        check_reward_arguments(cfg, [train_source[0]])  # needs a row: not preflight's, which reads no data
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.

@@ -1,4 +1,5 @@
-"""Bad recipes and overrides are refused at load time, before any compute, with the key named first.
+"""Bad recipes and overrides are refused before any compute, with the key named first: by ``config.load`` (the
+recipe by itself) or by ``preflight`` (the files, models and packages it names).
 
 One table of overrides on the demo recipe (unknown keys, wrong types, out-of-range values, impossible
 batch and parallel layouts, missing files), a few broken recipe files, and one check through the CLI:
@@ -7,7 +8,6 @@ exit code 2, the key on stderr, nothing written.
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import subprocess
 import sys
@@ -18,6 +18,7 @@ import pytest
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
+from dtppo.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
@@ -128,8 +129,14 @@ def test_the_table_is_broad():
 @pytest.mark.parametrize("kind, overrides, key", BAD_OVERRIDES, ids=[" ".join(o) for _, o, _ in BAD_OVERRIDES])
 def test_bad_override_is_refused_naming_the_key(kind, overrides, key):
     with pytest.raises(ConfigError) as err:
-        config_lib.load(TINY, overrides)
+        preflight(config_lib.load(TINY, overrides))
     assert str(err.value).startswith(key + ":"), f"{kind}: {err.value}"
+
+
+def test_load_leaves_what_the_recipe_names_to_preflight():
+    cfg = config_lib.load(TINY, ["policy.model.path=/nonexistent/model"])
+    with pytest.raises(ConfigError, match=r"^policy\.model\.path: no such model directory"):
+        preflight(cfg)
 
 
 def test_grpo_ignores_the_critic_sections_it_does_not_build():
@@ -145,9 +152,12 @@ def test_grpo_ignores_the_critic_sections_it_does_not_build():
 def test_the_real_files_and_a_hub_name_are_accepted():
     """The path checks refuse what is missing, not what is there (or resolved later by transformers)."""
     cfg = config_lib.load(TINY, [*GSM8K, "value.model.path=Qwen/Qwen2.5-0.5B"])
+    preflight(cfg)
     assert cfg.data.task == "gsm8k" and cfg.value.model.path == "Qwen/Qwen2.5-0.5B"
-    assert config_lib.load(TINY, ["cluster.workers_per_node=2", "policy.train_micro_batch_size=16",
-                                 "value.parallel.tp=2"]).value.parallel.tp == 2
+    cfg = config_lib.load(TINY, ["cluster.workers_per_node=2", "policy.train_micro_batch_size=16",
+                                 "value.parallel.tp=2"])
+    preflight(cfg)
+    assert cfg.value.parallel.tp == 2
 
 
 BAD_RECIPES = [
@@ -182,16 +192,12 @@ def test_cli_exits_2_naming_the_key_before_any_compute(tmp_path):
     assert time.monotonic() - start < 60
 
 
-def _vllm_importable(monkeypatch, importable: bool) -> None:
-    real = importlib.util.find_spec
-    spec = importlib.machinery.ModuleSpec("vllm", None) if importable else None
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "vllm" else real(name, *a))
-
-
 def test_vllm_backend_without_vllm_is_refused_naming_the_key_and_the_install(monkeypatch):
-    _vllm_importable(monkeypatch, False)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    cfg = config_lib.load(TINY, ["policy.generation.backend=vllm"])  # the recipe alone is fine
     with pytest.raises(ConfigError) as err:
-        config_lib.load(TINY, ["policy.generation.backend=vllm"])
+        preflight(cfg)
     assert str(err.value).startswith("policy.generation.backend:")
     assert "make venv" in str(err.value) and "pip install vllm==" in str(err.value)
 
@@ -206,8 +212,7 @@ VLLM_UNSUPPORTED = [
 
 
 @pytest.mark.parametrize("overrides, key", VLLM_UNSUPPORTED, ids=[k for _, k in VLLM_UNSUPPORTED])
-def test_what_the_vllm_backend_does_not_support_is_refused(monkeypatch, overrides, key):
-    _vllm_importable(monkeypatch, True)
+def test_what_the_vllm_backend_does_not_support_is_refused(overrides, key):
     assert config_lib.load(TINY, ["policy.generation.backend=vllm"]).policy.generation.backend == "vllm"
     with pytest.raises(ConfigError) as err:
         config_lib.load(TINY, ["policy.generation.backend=vllm", *overrides])

@@ -1,5 +1,5 @@
 """data.task custom and math: the same row reader with other columns, chat-message prompts, and the config rules
-of reward functions (``dtppo.data.formats``, ``dtppo.config.checks``)."""
+of reward functions (``dtppo.data.formats``, ``dtppo.config``)."""
 
 from __future__ import annotations
 

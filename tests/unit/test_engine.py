@@ -1,4 +1,6 @@
 import copy
+import dataclasses
+import types
 
 import torch
 
@@ -87,13 +89,15 @@ def test_experience_take_picks_rows_and_trims():
 
 def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
     # docs/design.md "How step metrics aggregate minibatches and epochs". lr = 0 keeps the model fixed, so
-    # each minibatch's loss can be recomputed here; the two minibatches have different token counts.
+    # each minibatch's loss can be recomputed here; the two minibatches have different token counts. OptimizerConfig
+    # refuses lr = 0 (no recipe may ask for it), so the engine gets its fields in a plain namespace.
     from dtppo.metrics import mean_over
 
     torch.manual_seed(2)
     model = torch.nn.Linear(1, 1)
     exp = _experience()
-    engine = TrainEngine(model, OptimizerConfig(lr=0.0, weight_decay=0.0), SchedulerConfig(), max_grad_norm=100.0)
+    frozen = types.SimpleNamespace(**dataclasses.asdict(OptimizerConfig()) | {"lr": 0.0, "weight_decay": 0.0})
+    engine = TrainEngine(model, frozen, SchedulerConfig(), max_grad_norm=100.0)
 
     def loss_fn(micro):
         err = (model(micro.input_ids.unsqueeze(-1)).squeeze(-1) - micro.returns) ** 2

@@ -1,5 +1,5 @@
 """HF ``datasets`` sources: a ``save_to_disk`` directory (one dataset or several splits) gives the same problems
-and bad-row counts as the same rows in jsonl; the HF keys are checked at load naming the key; a missing
+and bad-row counts as the same rows in jsonl; the HF keys are checked by preflight naming the key; a missing
 ``datasets`` package or a hub id without network is one clear error, never a traceback or a retry loop."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dtppo import config as config_lib
 from dtppo.config import ConfigError
 from dtppo.data.formats import GSM8K
 from dtppo.data.rows import DataError, RowRules, read_jsonl
+from dtppo.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
@@ -54,8 +55,10 @@ def saved(datasets, tmp_path) -> dict[str, Path]:
 
 
 def _load(train: Path | str, *extra: str) -> config_lib.Config:
-    return config_lib.load(TINY, ["data.task=gsm8k", f"data.train.path={train}", f"data.validation.path={train}",
-                                  *extra])
+    cfg = config_lib.load(TINY, ["data.task=gsm8k", f"data.train.path={train}", f"data.validation.path={train}",
+                                 *extra])
+    preflight(cfg)
+    return cfg
 
 
 def test_a_saved_dataset_reads_like_the_same_jsonl(saved):
@@ -110,8 +113,8 @@ def test_no_usable_rows_and_missing_columns_are_data_errors(datasets, tmp_path):
 ])
 def test_hf_keys_that_do_not_fit_the_directory_are_refused(saved, extra, key):
     with pytest.raises(ConfigError) as err:
-        config_lib.load(TINY, ["data.task=gsm8k", f"data.train.path={saved['dict']}",
-                               f"data.validation.path={saved['jsonl']}", *extra])
+        preflight(config_lib.load(TINY, ["data.task=gsm8k", f"data.train.path={saved['dict']}",
+                                         f"data.validation.path={saved['jsonl']}", *extra]))
     assert str(err.value).startswith(key + ":"), err.value
 
 
@@ -119,8 +122,8 @@ def test_a_single_dataset_has_no_splits_and_a_hub_id_needs_one(saved):
     with pytest.raises(ConfigError, match=r"^data\.train\.split: .* holds a single dataset"):
         _load(saved["disk"], "data.train.split=train")
     with pytest.raises(ConfigError, match=r"^data\.train\.split: required for hub dataset openai/gsm8k"):
-        config_lib.load(TINY, ["data.task=gsm8k", "data.train.path=openai/gsm8k",
-                               f"data.validation.path={saved['jsonl']}"])
+        preflight(config_lib.load(TINY, ["data.task=gsm8k", "data.train.path=openai/gsm8k",
+                                         f"data.validation.path={saved['jsonl']}"]))
 
 
 def test_a_directory_that_is_not_a_saved_dataset_is_refused(datasets, tmp_path):
@@ -136,14 +139,14 @@ def test_a_directory_that_is_not_a_saved_dataset_is_refused(datasets, tmp_path):
 ])
 def test_a_missing_optional_package_is_a_config_error_with_the_install_command(monkeypatch, tmp_path, overrides,
                                                                                key, extra):
-    """As if the package were not installed (find_spec finds nothing): refused at load, before any compute."""
+    """As if the package were not installed (find_spec finds nothing): refused by preflight, before any compute."""
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in ("datasets", "wandb", "mlflow") else real(name, *a))
     jsonl = tmp_path / "v.jsonl"
     jsonl.write_text(json.dumps(RECORDS[0]) + "\n")
     with pytest.raises(ConfigError) as err:
-        config_lib.load(TINY, [f"data.validation.path={jsonl}", *overrides])
+        preflight(config_lib.load(TINY, [f"data.validation.path={jsonl}", *overrides]))
     assert str(err.value).startswith(f"{key}: needs the ") and f"pip install 'dtppo[{extra}]'" in str(err.value)
 
 

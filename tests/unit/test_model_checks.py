@@ -1,4 +1,4 @@
-"""What a recipe asks of real model directories is checked when it loads: one ConfigError naming the key, before
+"""What a recipe asks of real model directories is checked by ``preflight``: one ConfigError naming the key, before
 any model is built (tests/hf_fixtures.py builds the directories)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from transformers import GPTNeoXJapaneseConfig
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
+from dtppo.preflight import preflight
 from hf_fixtures import NO_SYSTEM_TEMPLATE, QWEN_TEMPLATE, with_chat_template
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +19,9 @@ TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
 
 
 def load(model: Path, *overrides: str):
-    return config_lib.load(TINY, ["ppo.init_from_sft=false", f"policy.model.path={model}", *overrides])
+    cfg = config_lib.load(TINY, ["ppo.init_from_sft=false", f"policy.model.path={model}", *overrides])
+    preflight(cfg)
+    return cfg
 
 
 def two_ranks(*overrides: str) -> list[str]:
@@ -96,6 +99,6 @@ def test_a_head_size_the_vllm_cpu_build_cannot_run_is_refused():
     vllm = ["policy.generation.backend=vllm", "policy.model.tiny.hidden_size=64"]  # 4 heads of 16
     with pytest.raises(ConfigError, match=r"^policy\.generation\.backend: vLLM's CPU build has attention kernels "
                                           r"for head sizes \[32, .*\], and the policy's is 16"):
-        config_lib.load(TINY, vllm)
-    assert config_lib.load(TINY, vllm[:1]).policy.generation.backend == "vllm"  # 128 / 4 = 32
+        preflight(config_lib.load(TINY, vllm))
+    preflight(config_lib.load(TINY, vllm[:1]))  # 128 / 4 = 32
 

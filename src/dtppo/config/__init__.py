@@ -1,4 +1,6 @@
-"""Configuration: the typed, frozen tree (``schema``), recipes to Config (``loading``), its rules (``checks``)."""
+"""Configuration: the typed, frozen tree whose sections check their own fields (``schema``), recipes to Config
+(``loading``), the rules spanning sections (``checks``). Standard library and PyYAML only: what a recipe names
+outside itself (files, models, packages, code) is checked by ``dtppo.preflight``."""
 
 from dtppo.config.checks import batch_clamp_notes
 from dtppo.config.loading import from_dict, load

@@ -2,8 +2,9 @@
 
 A recipe may name one parent with ``defaults: other.yaml`` (resolved relative to the recipe); its keys are
 merged over the parent's. Command-line overrides are parsed as YAML scalars and merged last. The merged mapping is
-then converted into the dataclass tree: unknown keys and wrong types fail with the full dotted key path, and
-cross-field rules (``checks``) are checked once here so no later code re-validates.
+then converted into the dataclass tree: unknown keys, wrong types and each section's own rules fail with the full
+dotted key path, and the rules spanning sections (``checks``) are checked once here so no later code re-validates.
+This validates the recipe by itself: the files, models, packages and code it names are ``dtppo.preflight``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from dtppo.config.checks import check, check_inputs_exist, check_optional_packages, warn_unusual
+from dtppo.config.checks import check, warn_unusual
 from dtppo.config.schema import Config, ConfigError
 
 _YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -34,11 +35,6 @@ def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Con
         _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
     cfg = _build(Config, tree, path="")
     check(cfg)
-    check_inputs_exist(cfg)
-    from dtppo.config.model_checks import check_models  # reads model directories: torch and transformers
-
-    check_models(cfg)
-    check_optional_packages(cfg)
     warn_unusual(cfg)
     return cfg
 
@@ -102,7 +98,10 @@ def _build(cls: type, tree: Any, path: str) -> Any:
     if unknown:
         raise ConfigError(f"{_join(path, unknown[0])}: unknown key")
     kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in tree.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:  # the section's own rule, naming its field: prefix where the section sits
+        raise ConfigError(_join(path, str(err))) from None
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:

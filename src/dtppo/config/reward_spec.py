@@ -1,6 +1,6 @@
 """Reward-function specs as a recipe writes them: a built-in name, ``path/to/file.py:name`` or ``package.module:name``.
 
-Pure parsing (no imports): recipe notation, checked at load (``config.checks``) and loaded by
+Pure parsing (no imports): recipe notation, checked when the config is built (``RewardConfig``) and loaded by
 ``dtppo.rewards.functions``. ``BUILTINS`` is the one list of built-in verifier names.
 """
 

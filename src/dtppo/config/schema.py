@@ -1,17 +1,38 @@
 """The typed, frozen configuration tree: one dataclass per recipe section, a docstring under every field.
 
-Schedules with ``total_steps: null`` get their stage's length when the Config is built (``Config.__post_init__``).
+Each section checks its own fields when it is built (``__post_init__``), naming the field relative to itself;
+``loading`` prefixes the section's dotted path, so a recipe's error names the full key. Rules that span sections
+are ``checks``'. Schedules with ``total_steps: null`` get their stage's length when the Config is built
+(``Config.__post_init__``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from dtppo.config.reward_spec import MODEL_NAME, parse_spec
 
 
 class ConfigError(ValueError):
     """A recipe or override is invalid; the message names the dotted key."""
+
+
+def require(ok: bool, key: str, problem: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: {problem}")
+
+
+def _at_least(section: Any, minimum: int, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        require(value >= minimum, name, f"must be >= {minimum}, got {value}")
+
+
+def _names_a_directory(section: Any, name: str) -> None:
+    require(getattr(section, name).strip() != "", name, "must name a directory, got an empty string")
 
 
 # Each task's verifier: its default reward function and the source of validation/accuracy (custom has none).
@@ -36,6 +57,13 @@ class TinyModelConfig:
     """Width of the MLP's hidden layer."""
     max_position_embeddings: int = 512
     """Longest sequence (prompt + response) the rotary table covers."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                  "max_position_embeddings")
+        require(self.hidden_size % (2 * self.num_heads) == 0, "hidden_size",
+                "must be an even multiple of num_heads (rotary embeddings need an even head size)")
+        require(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", "must divide num_heads")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +90,12 @@ class OptimizerConfig:
     eps: float = 1e-8
     """Adam's ε."""
 
+    def __post_init__(self) -> None:
+        require(0.0 < self.lr < math.inf, "lr", f"must be finite and > 0, got {self.lr}")
+        require(self.weight_decay >= 0.0, "weight_decay", "must be >= 0")
+        require(all(0.0 <= b < 1.0 for b in self.betas), "betas", "each must be in [0, 1)")
+        require(self.eps > 0.0, "eps", "must be > 0")
+
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
@@ -76,6 +110,12 @@ class SchedulerConfig:
     total_steps: int | None = None
     """Optimizer steps the cosine spans; null = the stage's length, derived once when the Config is built
     (sft: ``sft.num_steps``; policy and value: the optimizer steps of the whole PPO run)."""
+
+    def __post_init__(self) -> None:
+        require(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        require(self.total_steps is None or self.total_steps >= 0, "total_steps",
+                f"must be >= 0, got {self.total_steps}")
+        require(0.0 <= self.min_lr_ratio <= 1.0, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +148,18 @@ class GenerationConfig:
     may break the other way). Needs the static decoder; the first rollout of each batch shape compiles (tens of
     seconds)."""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "max_new_tokens")
+        require(self.temperature > 0.0, "temperature", "must be > 0")
+        require(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
+        if self.backend == "vllm":
+            require(self.top_p == 1.0, "top_p", f"must be 1 with policy.generation.backend=vllm: vLLM reports "
+                    f"log-probs of the top-p-truncated distribution, the trainer of the full tempered one, got "
+                    f"{self.top_p}")
+            require(self.vllm_kv_cache_mib >= 1, "vllm_kv_cache_mib", "must be >= 1")
+            require(not self.decode_graph, "decode_graph",
+                    "applies to policy.generation.backend=torch only (vLLM captures its own CUDA graphs)")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelConfig:
@@ -123,6 +175,11 @@ class ParallelConfig:
     dp_replicate: int = 1
     """Whole-model replicas among the data-parallel ranks (HSDP); = dp ranks: every rank holds the model and
     gradients are all-reduced once per step (no gathers)."""
+
+    def __post_init__(self) -> None:
+        require(self.tp >= 1, "tp", f"must be >= 1, got {self.tp}")
+        require(not self.sequence_parallel or self.tp > 1, "sequence_parallel", "needs tp > 1")
+        require(self.dp_replicate >= 1, "dp_replicate", f"must be >= 1, got {self.dp_replicate}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +222,11 @@ class PolicyConfig:
     on the CPU. Saves device memory on GPUs; a single CPU process (no FSDP) already keeps everything in host
     memory, so there it changes nothing (docs/performance.md)."""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "train_global_batch_size", "train_micro_batch_size", "logprob_batch_size",
+                  "logprob_chunk_size")
+        require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ValueConfig:
@@ -197,6 +259,11 @@ class ValueConfig:
     cpu_offload: bool = False
     """As ``policy.cpu_offload``, for the critic's parameters, gradients and AdamW state."""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "train_global_batch_size", "train_micro_batch_size", "inference_batch_size")
+        require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
+        require(0.0 <= self.head_init_std < math.inf, "head_init_std", "must be finite and >= 0")
+
 
 @dataclass(frozen=True, kw_only=True)
 class PPOConfig:
@@ -227,8 +294,9 @@ class PPOConfig:
     advantage_estimator: Literal["gae", "grpo"] = "gae"
     """``gae``: GAE over the critic's V(s_t). ``grpo``: critic-free, each sample's outcome reward normalised
     within its prompt's group of ``num_generations_per_prompt`` samples (needs >= 2); no value model is built,
-    trained, checkpointed or logged (the ``value`` section is neither used nor validated), and
-    ``normalize_advantages`` does not apply (GRPO has no step whitening)."""
+    trained, checkpointed or logged (the ``value`` section is not used: its fields are range-checked, its batches
+    and layout are not checked against the ranks), and ``normalize_advantages`` does not apply (GRPO has no step
+    whitening)."""
     val_period: int = 10
     """Validate every N steps (and at the last step)."""
     val_at_start: bool = True
@@ -246,6 +314,18 @@ class PPOConfig:
     """A sample whose multiplicative probability error ``mean_t exp(|log π_gen − log π_old|)`` exceeds this (>= 1)
     is left out of the advantages' normalisation and of both losses (NeMo-RL's key); null = none is (the
     errors are logged either way)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "max_num_steps", "num_prompts_per_step", "num_generations_per_prompt", "ppo_epochs",
+                  "val_period", "max_val_samples", "val_batch_size")
+        require(self.policy_training_start_step >= 0, "policy_training_start_step", "must be >= 0")
+        require(self.max_consecutive_nonfinite_steps >= 0, "max_consecutive_nonfinite_steps",
+                "must be >= 0 (0 = never stop, only skip)")
+        for name in ("gamma", "lambda_value", "lambda_policy"):
+            require(0.0 <= getattr(self, name) <= 1.0, name, f"must be in [0, 1], got {getattr(self, name)}")
+        require(self.length_adaptive_alpha >= 0.0, "length_adaptive_alpha", "must be >= 0")
+        require(self.seq_logprob_error_threshold is None or self.seq_logprob_error_threshold >= 1.0,
+                "seq_logprob_error_threshold", "must be >= 1 (no error is 1) or null")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +355,15 @@ class LossConfig:
     rollout_is_cap: float = 2.0
     """C >= 1 of ``rollout_is`` (verl's ``rollout_is_threshold``, slime's ``--tis-clip``)."""
 
+    def __post_init__(self) -> None:
+        require(0.0 <= self.ratio_clip_low < 1.0, "ratio_clip_low", "must be in [0, 1)")
+        require(self.ratio_clip_high >= 0.0, "ratio_clip_high", "must be >= 0")
+        require(self.ratio_clip_c is None or self.ratio_clip_c > 1.0, "ratio_clip_c", "must be > 1 or null")
+        require(self.kl_coef >= 0.0, "kl_coef", "must be >= 0")
+        require(self.value_clip is None or self.value_clip > 0.0, "value_clip", "must be > 0 or null")
+        require(self.value_loss_scale > 0.0, "value_loss_scale", "must be > 0")
+        require(self.rollout_is_cap >= 1.0, "rollout_is_cap", f"must be >= 1, got {self.rollout_is_cap}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TinyMathConfig:
@@ -293,6 +382,14 @@ class TinyMathConfig:
     """Largest number of a hard problem (only with hard_fraction > 0)."""
     validation_seed: int = 12345
     """The held-out set; its questions never appear in training."""
+
+    def __post_init__(self) -> None:
+        require(self.max_number >= 2, "max_number", "must be >= 2")
+        require(1 <= self.min_ops <= self.max_ops, "min_ops",
+                "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops")
+        require(0.0 <= self.hard_fraction <= 1.0, "hard_fraction", "must be in [0, 1]")
+        require(self.hard_fraction == 0 or self.hard_max_number > self.max_number, "hard_max_number",
+                "must be > data.tiny_math.max_number when data.tiny_math.hard_fraction > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -337,6 +434,16 @@ class DataConfig:
     solution without ``\\boxed{}``), or a prompt over max_prompt_tokens: skip (counted, logged) | error (the
     file:line or dataset row named)."""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "max_prompt_tokens")
+        if self.task != "tiny_math":
+            for name, dataset in [("train", self.train), ("validation", self.validation)]:
+                require(dataset.path is not None, f"{name}.path", f"required when data.task is {self.task}")
+        if self.task == "custom":
+            require(self.prompt_key.strip() != "", "prompt_key", "must name the prompt column")
+            require(self.answer_key is None or self.answer_key.strip() != "", "answer_key",
+                    "must name the reference column, or be null")
+
 
 @dataclass(frozen=True, kw_only=True)
 class CarelessStageConfig:
@@ -348,6 +455,11 @@ class CarelessStageConfig:
     """Its constant learning rate."""
     careless_fraction: float = 0.6
     """Fraction of its examples that are bare wrong answers."""
+
+    def __post_init__(self) -> None:
+        require(self.num_steps >= 0, "num_steps", f"must be >= 0, got {self.num_steps}")
+        require(0.0 < self.lr < math.inf, "lr", f"must be finite and > 0, got {self.lr}")
+        require(0.0 <= self.careless_fraction <= 1.0, "careless_fraction", "must be in [0, 1]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -387,6 +499,15 @@ class SFTConfig:
     log_period: int = 50
     """Log every N steps (and the last)."""
 
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "batch_size", "log_period")
+        _at_least(self, 0, "num_steps", "val_period", "patience")
+        require(self.patience == 0 or self.val_period > 0, "patience", "needs sft.val_period > 0")
+        require(0.0 <= self.min_improvement <= 1.0, "min_improvement", "must be in [0, 1]")
+        require(0.0 <= self.min_accuracy <= 1.0, "min_accuracy", "must be in [0, 1]")
+        require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
+        _names_a_directory(self, "output_dir")
+
 
 @dataclass(frozen=True, kw_only=True)
 class RewardModelConfig:
@@ -401,6 +522,10 @@ class RewardModelConfig:
     """Conversations per RM forward pass."""
     max_length: int = 1024
     """Longest rendered conversation in RM tokens; a longer one keeps its last ``max_length`` tokens."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "batch_size", "max_length")
+        require(math.isfinite(self.weight), "weight", "must be a finite number")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -423,6 +548,24 @@ class RewardConfig:
     timeout_s: float = 30.0
     """A chunk not scored by then gets 0.0 instead of stalling the step."""
 
+    def __post_init__(self) -> None:
+        """The functions given parse and have unique metric names; what ``Config`` fills in from data.task (the
+        default functions, one weight each, the accuracy source) is checked with it (``checks``)."""
+        names = []
+        for i, spec in enumerate(self.functions or ()):
+            try:
+                names.append(parse_spec(spec).name)
+            except ValueError as err:
+                raise ConfigError(f"functions[{i}]: {err}") from None
+        for i, name in enumerate(names):
+            require(name != MODEL_NAME, f"functions[{i}]", f"{name!r} is the reward model's metric name "
+                    f"(train/reward/{MODEL_NAME}): rename the function")
+            require(name not in names[:i], f"functions[{i}]", f"a second function named {name!r}: metric names "
+                    f"(train/reward/<name>) must be unique")
+        require(all(math.isfinite(w) for w in self.weights or ()), "weights", "must be finite numbers")
+        require(self.num_workers >= 0, "num_workers", "must be >= 0")
+        require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
+
 
 @dataclass(frozen=True, kw_only=True)
 class WandbConfig:
@@ -441,6 +584,9 @@ class WandbConfig:
     """online: stream to the W&B server; offline: write the run under ``<log_dir>/wandb`` only (upload it
     later with ``wandb sync``)."""
 
+    def __post_init__(self) -> None:
+        require(self.project.strip() != "", "project", "must not be empty")
+
 
 @dataclass(frozen=True, kw_only=True)
 class MlflowConfig:
@@ -458,6 +604,10 @@ class MlflowConfig:
     run_name: str | None = None
     """The run's name; null: MLflow picks one."""
 
+    def __post_init__(self) -> None:
+        require(self.experiment.strip() != "", "experiment", "must not be empty")
+        require(self.tracking_uri is None or self.tracking_uri.strip() != "", "tracking_uri", "must not be empty")
+
 
 @dataclass(frozen=True, kw_only=True)
 class LoggerConfig:
@@ -474,6 +624,9 @@ class LoggerConfig:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     """MLflow logging (off by default)."""
 
+    def __post_init__(self) -> None:
+        _names_a_directory(self, "log_dir")
+
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointingConfig:
@@ -487,6 +640,10 @@ class CheckpointingConfig:
     """Save every N steps (and at the last step)."""
     keep_last: int = 2
     """Older complete checkpoints are deleted."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "save_period", "keep_last")
+        _names_a_directory(self, "checkpoint_dir")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -510,6 +667,13 @@ class ClusterConfig:
     policy_ranks: int = 0
     """0: policy and critic colocated on every rank. N: policy on ranks [0, N), critic on the other ranks,
     so the two updates run at the same time on different devices."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "num_nodes", "workers_per_node")
+        require(self.ray_timeout_s > 0, "ray_timeout_s", "must be > 0")
+        require(self.colocated or 0 < self.policy_ranks < self.world_size, "policy_ranks",
+                f"must be 0 (colocated) or leave the critic at least one of the {self.world_size} ranks, got "
+                f"{self.policy_ranks}")
 
     @property
     def world_size(self) -> int:
@@ -560,7 +724,7 @@ class Config:
             reward, functions=functions,
             weights=reward.weights if reward.weights is not None else (1.0,) * len(functions),
             accuracy_from=reward.accuracy_from if reward.accuracy_from is not None else verifier))
-        for name, length in [("sft", max(self.sft.num_steps, 0)), ("policy", self.optimizer_steps("policy")),
+        for name, length in [("sft", self.sft.num_steps), ("policy", self.optimizer_steps("policy")),
                              ("value", self.optimizer_steps("value"))]:
             section = getattr(self, name)
             if section.scheduler.total_steps is None:
@@ -569,11 +733,10 @@ class Config:
 
     def optimizer_steps(self, role: Literal["policy", "value"]) -> int:
         """Optimizer steps a PPO run makes on ``role``'s model: one per global batch of each epoch of each
-        step (the policy's only from ``ppo.policy_training_start_step`` on). 0 for a config that ``_check``
-        refuses (no global batch)."""
+        step (the policy's only from ``ppo.policy_training_start_step`` on)."""
         ppo, batch = self.ppo, getattr(self, role).train_global_batch_size
         steps = ppo.max_num_steps - (ppo.policy_training_start_step if role == "policy" else 0)
-        return max(steps, 0) * ppo.ppo_epochs * (self.samples_per_step // batch if batch > 0 else 0)
+        return max(steps, 0) * ppo.ppo_epochs * (self.samples_per_step // batch)
 
     @property
     def has_critic(self) -> bool:
@@ -608,6 +771,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
+
 
 def _to_plain(value: Any) -> Any:
     if isinstance(value, dict):

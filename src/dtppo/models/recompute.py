@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 def recompute_blocks(model: nn.Module) -> nn.Module:
     """In place: activation checkpointing on every decoder block of ``model``, an HF model or a module holding one
     (the critic's ValueModel: its backbone). Raises ValueError for a model transformers cannot checkpoint (its
-    class's ``supports_gradient_checkpointing`` is False; config load refuses those first, ``model_checks``)."""
+    class's ``supports_gradient_checkpointing`` is False; ``preflight`` refuses those first, ``model_checks``)."""
     hf = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), None)
     if hf is None:
         raise ValueError(f"activation checkpointing: {type(model).__name__} holds no transformers model")

@@ -1,4 +1,4 @@
-"""What a recipe asks of its models, checked against the models themselves at load, before any compute.
+"""What a recipe asks of its models, checked against the models themselves by ``preflight``, before any compute.
 
 Read from the model directories (``config.json`` and the tokenizer files, JSON only; the weights are never
 loaded here): tensor parallelism against the real head and MLP sizes, the sharding plan against the real
@@ -24,7 +24,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from dtppo.config.schema import Config, ConfigError, TinyModelConfig
+from dtppo.config import Config, ConfigError, TinyModelConfig
 from dtppo.data.loader import format_prompt
 from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
 from dtppo.faults import InputError
