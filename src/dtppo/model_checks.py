@@ -3,8 +3,8 @@
 Read from the model directories (``config.json`` and the tokenizer files, JSON only; the weights are never
 loaded here): tensor parallelism against the real head and MLP sizes, the sharding plan against the real
 architecture (built on the meta device), activation checkpointing against the model class, the critic's
-vocabulary against the policy's, the chat template against the prompts it must render, and the head size against
-the vLLM CPU build's kernels. Each failure is one ConfigError naming its key. Hub names (not local directories)
+vocabulary against the policy's, the chat template against the prompts it must render, the torch generator's
+decoder against the architecture, and the head size against the vLLM CPU build's kernels. Each failure is one ConfigError naming its key. Hub names (not local directories)
 are checked when the model loads instead.
 """
 
@@ -29,6 +29,7 @@ from dtppo.data.loader import format_prompt
 from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
 from dtppo.faults import InputError
 from dtppo.models.tokenizer import load_tokenizer
+from dtppo.rollout.generator import TorchGenerator
 
 SUPPORTED_LAYOUTS = ("Qwen2/Llama-style blocks (model.layers[i].self_attn.{q,k,v,o}_proj, "
                      "mlp.{gate,up,down}_proj)")
@@ -42,7 +43,7 @@ def check_models(cfg: Config) -> None:
     tokenizer = _tokenizer(policy_path, "policy.model.path")
     _check_chat_template(cfg, tokenizer)
     policy_config = _model_config(policy_path, "policy.model.path") if policy_path is not None else None
-    critic = cfg.ppo.advantage_estimator == "gae"
+    critic = cfg.has_critic
     if policy_config is not None:
         _check_model(cfg, "policy", "policy.model.path", policy_path, policy_config)
     if critic and _local(cfg.value.model.path):
@@ -53,6 +54,22 @@ def check_models(cfg: Config) -> None:
         _check_model(cfg, "value", "policy.model.path", policy_path, policy_config)  # the critic starts from it
     if cfg.policy.generation.backend == "vllm":
         _check_vllm_head_dim(cfg, _head_dim(policy_config, cfg.policy.model.tiny))
+    elif policy_config is not None:
+        _check_decoder(cfg, policy_config)
+
+
+def _check_decoder(cfg: Config, config: PretrainedConfig) -> None:
+    """The torch generator's decoder exists for the policy's architecture (``rollout.generator``), found on a
+    meta-device build of the model (no weights are read)."""
+    gen = cfg.policy.generation
+    if gen.decoder == "hf" or (gen.decoder == "auto" and not gen.decode_graph):
+        return
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    try:
+        TorchGenerator(model, (), 0, gen.decoder, compile=gen.decode_graph)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _local(path: str | None) -> bool:

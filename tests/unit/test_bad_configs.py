@@ -94,6 +94,9 @@ BAD_OVERRIDES = [
     ("model shape", ["value.model.tiny.num_kv_heads=3"], "value.model.tiny.num_kv_heads"),
     ("model shape", ["policy.model.tiny.num_layers=0"], "policy.model.tiny.num_layers"),
     ("bad choice", ["ppo.advantage_estimator=ppo"], "ppo.advantage_estimator"),
+    ("bad choice", ["policy.generation.decoder=vllm"], "policy.generation.decoder"),
+    ("decoder", ["policy.generation.decoder=hf", "policy.generation.decode_graph=true"],
+     "policy.generation.decode_graph"),
     ("grpo", ["ppo.advantage_estimator=grpo"], "ppo.num_generations_per_prompt"),
     ("grpo", ["ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=2",
               "ppo.policy_training_start_step=5"], "ppo.policy_training_start_step"),
@@ -131,6 +134,16 @@ def test_bad_override_is_refused_naming_the_key(kind, overrides, key):
     with pytest.raises(ConfigError) as err:
         preflight(config_lib.load(TINY, overrides))
     assert str(err.value).startswith(key + ":"), f"{kind}: {err.value}"
+
+
+@pytest.mark.parametrize("overrides, key", [(["policy.generation.decoder=static"], "policy.generation.decoder"),
+                                            (["policy.generation.decode_graph=true"], "policy.generation.decode_graph")])
+def test_a_decoder_the_architecture_lacks_is_refused_before_compute(gpt2_dir, overrides, key):
+    """GPT-2 has no static-KV decoder: asking for it (or for compiled steps, which need it) stops at preflight."""
+    cfg = config_lib.load(TINY, ["ppo.init_from_sft=false", f"policy.model.path={gpt2_dir}", *overrides])
+    with pytest.raises(ConfigError, match=rf"^{key}: .*gpt2 model"):
+        preflight(cfg)
+    preflight(config_lib.load(TINY, ["ppo.init_from_sft=false", f"policy.model.path={gpt2_dir}"]))  # auto: hf
 
 
 def test_load_leaves_what_the_recipe_names_to_preflight():
@@ -208,6 +221,7 @@ VLLM_UNSUPPORTED = [
     (["policy.generation.top_p=0.9"], "policy.generation.top_p"),
     (["policy.generation.vllm_kv_cache_mib=0"], "policy.generation.vllm_kv_cache_mib"),
     (["policy.generation.decode_graph=true"], "policy.generation.decode_graph"),
+    (["policy.generation.decoder=static"], "policy.generation.decoder"),
 ]
 
 

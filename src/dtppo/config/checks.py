@@ -15,7 +15,7 @@ def check(cfg: Config) -> None:
     _check_grpo(cfg)
     if cfg.policy.generation.backend == "vllm":
         _check_vllm(cfg)
-    for section in ("policy", "value") if cfg.ppo.advantage_estimator == "gae" else ("policy",):
+    for section in ("policy", "value") if cfg.has_critic else ("policy",):
         _check_layout(cfg, section)
         _check_batches(cfg, section)
     _check_tiny_tensor_parallel(cfg)
@@ -41,7 +41,7 @@ def _check_reward(cfg: Config) -> None:
 
 def _check_grpo(cfg: Config) -> None:
     """GRPO's baseline is the group: one sample per prompt has none, and there is no critic to place or warm up."""
-    if cfg.ppo.advantage_estimator != "grpo":
+    if cfg.has_critic:
         return
     require(cfg.ppo.num_generations_per_prompt >= 2, "ppo.num_generations_per_prompt",
             f"must be >= 2 with ppo.advantage_estimator=grpo (the group is the baseline), "

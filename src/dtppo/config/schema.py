@@ -159,6 +159,10 @@ class GenerationConfig:
             require(self.vllm_kv_cache_mib >= 1, "vllm_kv_cache_mib", "must be >= 1")
             require(not self.decode_graph, "decode_graph",
                     "applies to policy.generation.backend=torch only (vLLM captures its own CUDA graphs)")
+            require(self.decoder == "auto", "decoder", f"applies to policy.generation.backend=torch only (vLLM "
+                    f"decodes with its own kernels), got {self.decoder}")
+        require(not (self.decode_graph and self.decoder == "hf"), "decode_graph",
+                "needs the static decoder (policy.generation.decoder auto or static); hf decodes eagerly")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,8 +64,8 @@ def resolve_decoder(model: PreTrainedModel, decoder: Literal["auto", "hf", "stat
     hand-written static-KV decoder implements the architecture (``static_decoder_supported``), else ``hf``."""
     supported = static_decoder_supported(model)
     if decoder == "static" and not supported:
-        raise ValueError(f"policy.generation.decoder=static: the static-KV decoder implements plain Qwen2/Llama "
-                         f"decoders only, not this {model.config.model_type} model (use auto or hf)")
+        raise ValueError(f"policy.generation.decoder: static (dtppo's static-KV decoder) implements plain "
+                         f"Qwen2/Llama decoders only, not this {model.config.model_type} model (use auto or hf)")
     if decoder == "auto":
         return "static" if supported else "hf"
     return decoder
