@@ -10,8 +10,8 @@ from typing import Any
 
 from dtppo.config import DataConfig
 from dtppo.data.rows import RowFormat
-from dtppo.rewards.math import extract_gsm8k_answer
-from dtppo.rewards.math_answer import last_boxed
+from dtppo.rewards.verifiers.gsm8k import extract_gsm8k_answer
+from dtppo.rewards.verifiers.math import last_boxed
 
 # The reference answers the GSM8K verifier compares exactly (after "1,000" -> "1000"): GSM8K's are integers.
 _NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")

@@ -26,7 +26,7 @@ import torch
 from dtppo.config import RewardConfig
 from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, gsm8k_function, load_functions,
                                      reference_text, score_job)
-from dtppo.rewards.math import reward_input
+from dtppo.rewards.verifiers.gsm8k import reward_input
 from dtppo.rewards.pool import ScoringPool
 from dtppo.config.reward_spec import parse_spec
 

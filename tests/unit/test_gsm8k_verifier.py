@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import dtppo.rewards.math as reward_module
-from dtppo.rewards.math import extract_gsm8k_answer, gsm8k_reward
+import dtppo.rewards.verifiers.gsm8k as reward_module
+from dtppo.rewards.verifiers.gsm8k import extract_gsm8k_answer, gsm8k_reward
 
 GSM8K_TEST = Path(__file__).resolve().parents[2].parent / "shared/data/gsm8k/test.jsonl"
 
@@ -177,11 +177,11 @@ def test_callers_pending_alarm_survives():
 
 
 def test_subprocess():
-    src = Path(reward_module.__file__).resolve().parents[2]
+    src = Path(reward_module.__file__).resolve().parents[3]
     pythonpath = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": pythonpath}
     code = (
-        "from dtppo.rewards.math import gsm8k_reward as r\n"
+        "from dtppo.rewards.verifiers.gsm8k import gsm8k_reward as r\n"
         "print(r('$\\\\frac{36}{2}$', '18'), r('#### 72', '72'), r('\\\\boxed{9^{9^9}}', '9'))"
     )
     result = subprocess.run(

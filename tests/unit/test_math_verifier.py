@@ -1,4 +1,4 @@
-"""dtppo.rewards.math_answer: the MATH answer verifier.
+"""dtppo.rewards.verifiers.math: the MATH answer verifier.
 
 - every hand-written pair of math_pairs.py scores its human grade, with the answer given in a box, on a
   ``####`` line, and as the last of two boxes (the earlier one wrong: only the final answer counts);
@@ -24,9 +24,9 @@ import pytest
 import sympy
 from math_verify import parser as mv_parser
 
-import dtppo.rewards.math_answer as math_answer
-from dtppo.rewards.math import TAIL_CHARS
-from dtppo.rewards.math_answer import last_boxed, math_reward
+import dtppo.rewards.verifiers.math as math_verifier
+from dtppo.rewards.verifiers.gsm8k import TAIL_CHARS
+from dtppo.rewards.verifiers.math import last_boxed, math_reward
 from hostile_catalogue import BIG, DEEP, MB, Case
 from math_pairs import DEVIATIONS, EQUAL, NOT_EQUAL, PAIRS
 
@@ -123,7 +123,7 @@ def test_cancellation_still_propagates(monkeypatch):
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(math_answer, "_math_verify", interrupt)
+    monkeypatch.setattr(math_verifier, "_math_verify", interrupt)
     with pytest.raises(KeyboardInterrupt):
         math_reward("\\boxed{0.5}", "\\frac{1}{2}")
 

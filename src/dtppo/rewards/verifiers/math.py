@@ -4,7 +4,7 @@ The final answer is the body of the response's last ``\\boxed{...}`` (or ``\\fbo
 after its last ``####`` up to the end of that line. Equality is math-verify's: ``\\frac{1}{2}`` = ``0.5``,
 ``2\\sqrt{2}`` = ``\\sqrt{8}``, ``(x+1)^2`` = ``x^2+2x+1``; ``[0,1)`` != ``[0,1]``.
 
-Like the GSM8K reward (``dtppo.rewards.math``: its tail, folding and timeout helpers are reused) it runs in
+Like the GSM8K reward (``dtppo.rewards.verifiers.gsm8k``: its tail, folding and timeout helpers are reused) it runs in
 the trainer's main thread, worker threads (no SIGALRM timeout there), Ray actors and subprocesses, so time
 and memory are bounded by construction: only the last ``TAIL_CHARS`` characters of either side are read,
 the box scan is bounded, regexes are linear, and math-verify (sympy) only sees pairs of answers inside
@@ -49,7 +49,7 @@ from typing import NamedTuple
 from math_verify import parse, verify
 from math_verify.parser import LatexExtractionConfig
 
-from dtppo.rewards.math import TAIL_CHARS, _normalise, _timeout_seconds
+from dtppo.rewards.verifiers.gsm8k import TAIL_CHARS, _normalise, _timeout_seconds
 
 _MAX_BOXED = 512  # longest box body scanned: \text{} units and \left( make bodies longer than answers
 _MAX_ANSWER, _MAX_DIGITS, _MAX_FACTORIALS = 160, 30, 3  # characters; per digit run; n! per answer
