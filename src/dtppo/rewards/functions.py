@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dtppo.config.reward_spec import FunctionSpec, parse_spec
 from dtppo.faults import InputError
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.verifiers.math import math_reward
-from dtppo.config.reward_spec import FunctionSpec, parse_spec
 
 RewardFunction = Callable[..., Sequence[Any]]
 Scores = list[float | None]

@@ -9,7 +9,7 @@ process. A function that raises or returns unusable scores stops the run with it
 
 Memory and liveness are bounded whatever the batch holds:
 - workers get chunks of at most ``MAX_CHUNK`` samples; when only built-in verifiers run, a chunk carries only what
-  they read (``reward_input``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
+  they read (``answers.tail``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
   worker's memory does not grow with the batch size or response length;
 - pool workers import ``dtppo.rewards.functions`` (not torch) and build math-verify's parser when they start;
   ``timeout_s`` bounds scoring, not process start-up: a fresh pool is waited for (up to ``STARTUP_S``) first;
@@ -23,10 +23,10 @@ import logging
 
 import torch
 
+from dtppo.answers import tail
 from dtppo.config import RewardConfig
 from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, gsm8k_function, load_functions,
                                      reference_text, score_job)
-from dtppo.rewards.verifiers.gsm8k import reward_input
 from dtppo.rewards.pool import ScoringPool
 from dtppo.config.reward_spec import parse_spec
 
@@ -140,8 +140,8 @@ class RewardScorer:
 
 def _builtin_inputs(prompts: list, completions: list, columns: dict[str, list]) -> tuple[list, list, dict]:
     """All the built-in verifiers read: each completion's text and reference, their last ``TAIL_CHARS`` characters."""
-    texts = [reward_input(completion_text(c)) for c in completions]
-    answer = [reward_input(reference_text(a)) for a in columns.get("answer", [""] * len(texts))]
+    texts = [tail(completion_text(c)) for c in completions]
+    answer = [tail(reference_text(a)) for a in columns.get("answer", [""] * len(texts))]
     return [None] * len(texts), texts, {"answer": answer}
 
 
