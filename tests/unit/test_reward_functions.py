@@ -166,7 +166,7 @@ def test_a_failing_function_in_the_pool_stops_with_its_name(user_file):
 def _rewarder(functions, weights) -> Rewarder:
     cfg = from_dict({"data": {"task": "custom", "train": {"path": "t"}, "validation": {"path": "v"}},
                      "reward": {"functions": functions, "weights": weights, "num_workers": 0}})
-    return Rewarder(cfg, device=None)
+    return Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, device=None)
 
 
 def test_the_total_is_the_weighted_sum_and_none_counts_as_zero(user_file):
@@ -179,6 +179,7 @@ def test_the_total_is_the_weighted_sum_and_none_counts_as_zero(user_file):
     means = scored.means()
     assert means["with_columns"] == pytest.approx(5.0 / 3)  # None is left out of its function's mean
     assert means["trl_style"] == pytest.approx(7.0 / 4)
+    assert means["late_chunks"] == 0.0  # scored in this process: no chunk can be late
 
 
 def test_conversational_rows_give_trl_style_message_completions(user_file):

@@ -21,25 +21,17 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 from dtppo.answers import tail
 from dtppo.config import RewardConfig
-from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, gsm8k_function, load_functions,
-                                     reference_text, score_job)
-from dtppo.rewards.pool import ScoringPool
 from dtppo.config.reward_spec import parse_spec
+from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, load_functions, reference_text,
+                                     score_job)
+from dtppo.rewards.pool import ScoringPool
 
 log = logging.getLogger(__name__)
 
 MAX_CHUNK = 256  # samples per task: bounds a worker's memory and the share of a batch one late task zeroes
 STARTUP_S = 120.0  # longest wait for fresh scoring processes to start (not counted in timeout_s)
-
-
-def score_responses(responses: list[str], ground_truths: list[str]) -> torch.Tensor:
-    """The GSM8K verifier's reward per sample, in this process. Returns [B] float32 of 0.0 / 1.0; never raises."""
-    scores = gsm8k_function(prompts=[], completions=responses, answer=ground_truths)
-    return torch.tensor(scores, dtype=torch.float32)
 
 
 class ScoringActor:
@@ -62,7 +54,8 @@ class RewardScorer:
     """Runs the reward functions ``specs`` name in ``cfg.num_workers`` processes (backend "local") or Ray actors
     (backend "ray"), or in this process (``num_workers: 0``).
 
-    ``late_chunks`` counts the chunks that missed ``timeout_s`` (scored 0.0) since construction."""
+    ``late_chunks`` counts the chunks that missed ``timeout_s`` (scored 0.0) since construction; ``Rewarder``
+    reports each batch's count (``train/reward/late_chunks``)."""
 
     def __init__(self, cfg: RewardConfig, backend: str, specs: list[str]):
         self.cfg, self.backend = cfg, backend
