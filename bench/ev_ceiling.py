@@ -1,8 +1,9 @@
 """How much of the return's variance can a critic explain at all? EV ceilings of simple predictors (issue 12, item 1).
 
 From a saved SFT model: sample K answers to each of N training prompts (the recipe's sampling settings), score
-them, and take the critic's targets as PPO does with λ_value = 1 and no KL: the discounted Monte-Carlo return at
-every response token (with γ = 1, the sample's reward). Then the explained variance
+them with the recipe's reward as a PPO step does (``Rewarder``), and take the critic's targets as PPO does with
+λ_value = 1 and no KL: the discounted Monte-Carlo return at every response token (with γ = 1, the sample's
+reward). Then the explained variance
 ``EV = 1 − Var(R − V) / Var(R)`` over all response tokens (as ``train/critic/explained_var``) of predictors V
 that a critic could at best approach:
 
@@ -48,7 +49,7 @@ from dtppo.models.causal_lm import build_causal_lm, stop_token_ids  # noqa: E402
 from dtppo.models.tokenizer import load_tokenizer  # noqa: E402
 from dtppo.models.value import ValueModel  # noqa: E402
 from dtppo.preflight import preflight  # noqa: E402
-from dtppo.rewards.scoring import score_responses  # noqa: E402
+from dtppo.rewards.rewarder import Rewarder  # noqa: E402
 from dtppo.rollout.generator import TorchGenerator  # noqa: E402
 from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
 
@@ -112,7 +113,11 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
     experience = generator.sample(prompts, SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
                                   stream_key(seed, 0), torch.arange(len(prompts)))
     texts = decode_responses(tokenizer, experience)
-    rewards = score_responses(texts, [p.answer for p in repeated]).float()
+    rewarder = Rewarder(cfg.reward, cfg.data.system_prompt, "local", torch.device("cpu"))  # no Ray cluster here
+    try:
+        rewards = rewarder.score(repeated, texts).total
+    finally:
+        rewarder.close()
     prompt_ids = torch.arange(num_prompts).repeat_interleave(num_samples)
     bare = torch.tensor([t.strip().startswith("####") for t in texts])
     hard = torch.tensor([is_hard(p.question, cfg.data.tiny_math.max_number) for p in repeated]) \

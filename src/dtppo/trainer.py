@@ -75,7 +75,8 @@ class PPOTrainer:
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.
-        self.rewarder = Rewarder(cfg, self.policy.worker.layout.device) if is_main_rank() else None
+        self.rewarder = (Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend,
+                                  self.policy.worker.layout.device) if is_main_rank() else None)
         # What every checkpoint carries besides weights (configs, tokenizer): written by rank 0, a policy rank.
         self.model_files = describe_models(cfg, self.policy.worker.model, self.tokenizer) \
             if is_main_rank() and cfg.checkpointing.enabled else None

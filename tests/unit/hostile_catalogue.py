@@ -1,10 +1,10 @@
 """A catalogue of hostile completions for the GSM8K reward, each with the score the contract gives it.
 
-The contract (SPEC §9, dtppo.rewards.math): 1.0 iff the response's *final answer* equals the ground truth
+The contract (SPEC §9, dtppo.rewards.verifiers.gsm8k): 1.0 iff the response's *final answer* equals the ground truth
 numerically, else 0.0; never raises; bounded time. The rules that decide the expected scores below:
 
-- the final answer is, in priority order: the last ``####`` line, the last ``\\boxed{}``, the last
-  "answer is ...", else the last stand-alone number (or simple ``\\frac``) of the text;
+- the final answer is, in priority order: the last ``####`` line, the last ``\\boxed{}`` (or ``\\fbox{}``), the
+  last "answer is ...", else the last stand-alone number (or simple ``\\frac``) of the text;
 - only the last ``TAIL_CHARS`` (4096) characters are read: an answer buried under more text is not seen;
 - plain numbers compare exactly ("42.0", "4.2e1" with a 1-2 digit exponent, "1,000", "$42", "42%" all
   mean their number; "%" is dropped, not converted); short ``\\frac`` / ``/`` / ``\\cdot`` LaTeX goes to

@@ -1,4 +1,4 @@
-"""A hand-written catalogue of MATH answer pairs for ``dtppo.rewards.math_answer.math_reward``.
+"""A hand-written catalogue of MATH answer pairs for ``dtppo.rewards.verifiers.math.math_reward``.
 
 Each row is ``(reference, answer, expected)``: ``reference`` is a bare MATH answer as in the dataset's
 answer column, ``answer`` the final answer a response gives (the test embeds it in a response several

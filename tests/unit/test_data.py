@@ -7,7 +7,7 @@ from dtppo.data.formats import GSM8K
 from dtppo.data.rows import read_jsonl
 from dtppo.data.loader import PromptLoader
 from dtppo.data.tiny_math import TinyMathStream, validation_set
-from dtppo.rewards.math import gsm8k_reward
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 
 CFG = TinyMathConfig()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dtppo.config import RewardConfig
-from dtppo.rewards.math import gsm8k_reward
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.scoring import RewardScorer
 from hostile_catalogue import catalogue
 

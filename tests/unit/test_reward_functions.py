@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from dtppo.config import RewardConfig, from_dict
+from dtppo.config import TASK_VERIFIERS, RewardConfig, from_dict
+from dtppo.config.reward_spec import BUILTINS, parse_spec
 from dtppo.data.problem import Problem
 from dtppo.rewards import RewardFunctionError, reward_function
-from dtppo.rewards.functions import call_function, check_arguments
+from dtppo.rewards.functions import _BUILTIN_FUNCTIONS, call_function, check_arguments
 from dtppo.rewards.rewarder import Rewarder, reward_columns
 from dtppo.rewards.scoring import RewardScorer
-from dtppo.config.reward_spec import parse_spec
 
 USER_FILE = '''
 import json, os
@@ -67,6 +67,13 @@ def test_specs_parse_to_their_kind_and_metric_name():
     for bad in ["gsm9k", "file.py", ":f", "pkg.mod:", "pkg.mod:not-a-name", "bad module:f"]:
         with pytest.raises(ValueError):
             parse_spec(bad)
+
+
+def test_the_built_in_names_are_the_built_in_functions_and_every_task_verifier_is_one():
+    """``BUILTINS`` (what the config accepts) and the loader's table cannot drift apart, and no task defaults to a
+    verifier the loader lacks."""
+    assert set(_BUILTIN_FUNCTIONS) == set(BUILTINS) and len(BUILTINS) == len(set(BUILTINS))
+    assert {verifier for verifier in TASK_VERIFIERS.values() if verifier is not None} <= set(BUILTINS)
 
 
 def test_the_loader_finds_files_modules_and_builtins(user_file):
@@ -159,7 +166,7 @@ def test_a_failing_function_in_the_pool_stops_with_its_name(user_file):
 def _rewarder(functions, weights) -> Rewarder:
     cfg = from_dict({"data": {"task": "custom", "train": {"path": "t"}, "validation": {"path": "v"}},
                      "reward": {"functions": functions, "weights": weights, "num_workers": 0}})
-    return Rewarder(cfg, device=None)
+    return Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, device=None)
 
 
 def test_the_total_is_the_weighted_sum_and_none_counts_as_zero(user_file):
@@ -172,6 +179,7 @@ def test_the_total_is_the_weighted_sum_and_none_counts_as_zero(user_file):
     means = scored.means()
     assert means["with_columns"] == pytest.approx(5.0 / 3)  # None is left out of its function's mean
     assert means["trl_style"] == pytest.approx(7.0 / 4)
+    assert means["late_chunks"] == 0.0  # scored in this process: no chunk can be late
 
 
 def test_conversational_rows_give_trl_style_message_completions(user_file):

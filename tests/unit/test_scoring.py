@@ -5,12 +5,20 @@ import time
 import torch
 
 from dtppo.config import RewardConfig
-from dtppo.rewards.scoring import RewardScorer, score_responses
+from dtppo.data.problem import Problem
+from dtppo.rewards.rewarder import Rewarder
+from dtppo.rewards.scoring import RewardScorer
+
 
 def _gsm8k(scorer: RewardScorer, responses: list, truths: list) -> torch.Tensor:
-    """The pool's GSM8K-verifier scores as a [B] tensor, like ``score_responses``'s."""
+    """The scorer's GSM8K-verifier scores as a [B] float32 tensor."""
     (scores,) = scorer.score([None] * len(responses), responses, {"answer": truths})
     return torch.tensor(scores, dtype=torch.float32)
+
+
+def _in_this_process(responses: list, truths: list) -> torch.Tensor:
+    """The GSM8K verifier's scores computed in this process (``num_workers: 0``): what the pool must match."""
+    return _gsm8k(RewardScorer(RewardConfig(num_workers=0), backend="local", specs=["gsm8k"]), responses, truths)
 
 
 RESPONSES = ["#### 3", "1 + 2 = 3\n#### 3", "#### 4", "\\boxed{\\frac{6}{2}}", "no answer", "#### 3.0", "x"] * 5
@@ -18,7 +26,7 @@ TRUTHS = ["3"] * len(RESPONSES)
 
 
 def test_process_pool_scores_like_the_trainer_process():
-    expected = score_responses(RESPONSES, TRUTHS)
+    expected = _in_this_process(RESPONSES, TRUTHS)
     assert expected.sum() == 4 * 5
     scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=60), backend="local", specs=["gsm8k"])
     try:
@@ -41,9 +49,25 @@ def test_late_chunks_score_zero_within_the_time_bound():
         assert scorer.late_chunks > 0 and scores.shape == (len(many),) and scores.sum() < 20 * 300
         # the stuck processes were replaced (that replacements score right is the next test's check)
         scorer.wait_ready()
-        assert len(scorer.pool.worker_pids) == 2 and set(scorer.pool.worker_pids).isdisjoint(first_pids) and len(scorer.pool.workers) == 2
+        pids = scorer.pool.worker_pids
+        assert len(pids) == 2 and set(pids).isdisjoint(first_pids) and len(scorer.pool.workers) == 2
     finally:
         scorer.close()
+
+
+def test_the_rewarder_counts_each_batchs_late_chunks_in_its_means():
+    """What ``train/reward/late_chunks`` logs: the chunks of that batch that missed the bound, not a running total."""
+    reward = RewardConfig(functions=("gsm8k",), weights=(1.0,), num_workers=1, timeout_s=0.001)
+    rewarder = Rewarder(reward, system_prompt=None, backend="local", device=None)
+    problems = [Problem(question="q", solution="", answer=truth) for truth in TRUTHS * 300]
+    chunks = -(-len(problems) // 256)
+    try:
+        first, second = (rewarder.score(problems, RESPONSES * 300) for _ in range(2))
+    finally:
+        rewarder.close()
+    assert 0 < first.late_chunks <= chunks and 0 < second.late_chunks <= chunks
+    assert rewarder.scorer.late_chunks == first.late_chunks + second.late_chunks
+    assert first.means()["late_chunks"] == first.late_chunks
 
 
 def test_pool_survives_its_workers_being_killed():
@@ -53,7 +77,7 @@ def test_pool_survives_its_workers_being_killed():
         scorer.wait_ready()
         for pid in scorer.pool.worker_pids:
             os.kill(pid, signal.SIGKILL)
-        assert torch.equal(_gsm8k(scorer, RESPONSES, TRUTHS), score_responses(RESPONSES, TRUTHS))
+        assert torch.equal(_gsm8k(scorer, RESPONSES, TRUTHS), _in_this_process(RESPONSES, TRUTHS))
         assert scorer.late_chunks == 0
     finally:
         scorer.close()

@@ -12,6 +12,7 @@ from typing import Literal
 
 BUILTINS = ("gsm8k", "math")
 MODEL_NAME = "model"  # the learned reward model's metric name (train/reward/model): no function may take it
+LATE_CHUNKS_NAME = "late_chunks"  # the count of chunks scored 0 for lateness (train/reward/late_chunks): reserved too
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dtppo.config.reward_spec import MODEL_NAME, parse_spec
+from dtppo.config.reward_spec import LATE_CHUNKS_NAME, MODEL_NAME, parse_spec
 
 
 class ConfigError(ValueError):
@@ -562,8 +562,9 @@ class RewardConfig:
             except ValueError as err:
                 raise ConfigError(f"functions[{i}]: {err}") from None
         for i, name in enumerate(names):
-            require(name != MODEL_NAME, f"functions[{i}]", f"{name!r} is the reward model's metric name "
-                    f"(train/reward/{MODEL_NAME}): rename the function")
+            require(name not in (MODEL_NAME, LATE_CHUNKS_NAME), f"functions[{i}]", f"{name!r} is a metric name "
+                    f"dtppo logs itself (train/reward/{name}: the reward model's, the late-chunk count): rename "
+                    f"the function")
             require(name not in names[:i], f"functions[{i}]", f"a second function named {name!r}: metric names "
                     f"(train/reward/<name>) must be unique")
         require(all(math.isfinite(w) for w in self.weights or ()), "weights", "must be finite numbers")

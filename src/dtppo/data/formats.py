@@ -8,10 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dtppo.answers import extract_gsm8k_answer, last_boxed
 from dtppo.config import DataConfig
 from dtppo.data.rows import RowFormat
-from dtppo.rewards.math import extract_gsm8k_answer
-from dtppo.rewards.math_answer import last_boxed
 
 # The reference answers the GSM8K verifier compares exactly (after "1,000" -> "1000"): GSM8K's are integers.
 _NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
@@ -32,7 +31,7 @@ def _gsm8k_reference(solution: Any) -> tuple[str | None, str | None]:
 
 
 def _math_reference(solution: Any) -> tuple[str | None, str | None]:
-    """The body of a MATH solution's last ``\\boxed{}``."""
+    """The body of a MATH solution's last ``\\boxed{}`` (or ``\\fbox{}``)."""
     if not isinstance(solution, str):
         return None, "missing_solution"
     answer = last_boxed(solution)

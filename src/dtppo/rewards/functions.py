@@ -1,7 +1,8 @@
 """Reward functions in TRL's convention: loading them from a spec, the built-in verifiers, and running them.
 
 A reward function is called ``fn(prompts=[...], completions=[...], **columns) -> list[float | None]``: one entry
-per sample, each dataset column other than the prompt as a keyword list, and the row's reference (if the task has one) as ``answer=``.
+per sample, each dataset column other than the prompt as a keyword list, and the row's reference (if the task has
+one) as ``answer=``.
 ``None`` means "not applicable to this sample": 0 in the weighted sum, left out of that function's mean. This is
 TRL's GRPOTrainer signature, so a function written for TRL (``def f(completions, **kwargs)``) runs unchanged.
 
@@ -24,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dtppo.faults import InputError
-from dtppo.rewards.math import gsm8k_reward
-from dtppo.rewards.math_answer import math_reward
 from dtppo.config.reward_spec import FunctionSpec, parse_spec
+from dtppo.faults import InputError
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
+from dtppo.rewards.verifiers.math import math_reward
 
 RewardFunction = Callable[..., Sequence[Any]]
 Scores = list[float | None]
@@ -54,13 +55,14 @@ def reference_text(answer: Any) -> str:
 
 
 def gsm8k_function(prompts: list, completions: list, answer: list, **columns: list) -> list[float]:
-    """1.0 where the completion's final answer equals ``answer`` numerically (``dtppo.rewards.math.gsm8k_reward``)."""
+    """1.0 where the completion's final answer equals ``answer`` numerically
+    (``dtppo.rewards.verifiers.gsm8k.gsm8k_reward``)."""
     return [gsm8k_reward(completion_text(c), reference_text(a)) for c, a in zip(completions, answer)]
 
 
 def math_function(prompts: list, completions: list, answer: list, **columns: list) -> list[float]:
     """1.0 where the completion's last ``\\boxed{}`` (or ``####`` answer) equals ``answer`` mathematically
-    (``dtppo.rewards.math_answer.math_reward``)."""
+    (``dtppo.rewards.verifiers.math.math_reward``)."""
     return [math_reward(completion_text(c), reference_text(a)) for c, a in zip(completions, answer)]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from dtppo.rewards.functions import load_functions, score_job
-from dtppo.rewards.math import gsm8k_reward
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 
 
 def serve(conn, specs: list[str]) -> None:

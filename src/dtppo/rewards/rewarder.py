@@ -7,30 +7,34 @@ from dataclasses import dataclass
 
 import torch
 
-from dtppo.config import Config
+from dtppo.config import Config, RewardConfig
+from dtppo.config.reward_spec import BUILTINS, LATE_CHUNKS_NAME, MODEL_NAME, parse_spec
 from dtppo.data.loader import conversation
 from dtppo.data.problem import Problem
 from dtppo.rewards.functions import Scores, check_arguments, load_functions
 from dtppo.rewards.scoring import RewardScorer
-from dtppo.config.reward_spec import BUILTINS, MODEL_NAME, parse_spec
+
 
 
 @dataclass(frozen=True)
 class RewardBreakdown:
     """total: [B] float32, the weighted sum (a None score counts as 0). scores: each part's scores by metric name
-    (the functions', the accuracy verifier's when it is not one of them, ``model`` for the RM), one per sample."""
+    (the functions', the accuracy verifier's when it is not one of them, ``model`` for the RM), one per sample.
+    late_chunks: how many chunks of this batch missed ``reward.timeout_s`` (every function scored them 0.0)."""
 
     total: torch.Tensor
     scores: dict[str, Scores]
+    late_chunks: int
 
     def means(self) -> dict[str, float]:
-        """Each part's mean over the samples it applies to (not None); a part that applied to none is left out."""
+        """Each part's mean over the samples it applies to (not None), a part that applied to none left out; and
+        ``late_chunks`` under ``LATE_CHUNKS_NAME``, so that a step whose rewards were partly zeroed shows in its record."""
         means = {}
         for name, scores in self.scores.items():
             given = [s for s in scores if s is not None]
             if given:
                 means[name] = sum(given) / len(given)
-        return means
+        return means | {LATE_CHUNKS_NAME: float(self.late_chunks)}
 
 
 def reward_columns(problems: list[Problem]) -> dict[str, list]:
@@ -51,12 +55,13 @@ def check_reward_arguments(cfg: Config, problems: list[Problem]) -> None:
 
 
 class Rewarder:
-    """Scores a batch: ``cfg.reward.functions`` (weights ``cfg.reward.weights``), the accuracy verifier when it is
-    not among them (weight 0: for ``validation/accuracy``), and the RM at ``cfg.reward.model.path``."""
+    """Scores a batch: ``reward.functions`` (weights ``reward.weights``), the accuracy verifier when it is not among
+    them (weight 0: for ``validation/accuracy``), and the RM at ``reward.model.path``, which reads each prompt with
+    ``system_prompt`` (``data.system_prompt``) as the policy did. ``backend``: ``cluster.backend``, where the
+    functions run (``RewardScorer``); ``device``: the RM's."""
 
-    def __init__(self, cfg: Config, device: torch.device):
-        reward = cfg.reward
-        self.system_prompt = cfg.data.system_prompt
+    def __init__(self, reward: RewardConfig, system_prompt: str | None, backend: str, device: torch.device | None):
+        self.system_prompt = system_prompt
         specs = list(reward.functions)
         self.weights = list(reward.weights)
         self.names = [parse_spec(s).name for s in specs]
@@ -65,7 +70,7 @@ class Rewarder:
             self.weights.append(0.0)
             self.names.append(reward.accuracy_from)
         self.accuracy_name = reward.accuracy_from
-        self.scorer = RewardScorer(reward, cfg.cluster.backend, specs)
+        self.scorer = RewardScorer(reward, backend, specs)
         self.model, self.model_weight = None, reward.model.weight
         if reward.model.path is not None:
             from dtppo.rewards.model import RewardModel
@@ -78,6 +83,7 @@ class Rewarder:
         prompts = [p.question for p in problems]
         given = [[{"role": "assistant", "content": c}] if p.conversational else c
                  for p, c in zip(problems, completions)]
+        late = self.scorer.late_chunks
         scores = dict(zip(self.names, self.scorer.score(prompts, given, reward_columns(problems))))
         weighted = [(self.weights[i], scores[name]) for i, name in enumerate(self.names)]
         if self.model is not None:
@@ -86,10 +92,7 @@ class Rewarder:
             scores[MODEL_NAME] = self.model.score(conversations).tolist()
             weighted.append((self.model_weight, scores[MODEL_NAME]))
         total = [sum(w * part[i] for w, part in weighted if part[i] is not None) for i in range(len(completions))]
-        return RewardBreakdown(torch.tensor(total, dtype=torch.float32), scores)
-
-    def wait_ready(self) -> None:
-        self.scorer.wait_ready()
+        return RewardBreakdown(torch.tensor(total, dtype=torch.float32), scores, self.scorer.late_chunks - late)
 
     def close(self) -> None:
         self.scorer.close()

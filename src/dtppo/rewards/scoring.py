@@ -9,7 +9,7 @@ process. A function that raises or returns unusable scores stops the run with it
 
 Memory and liveness are bounded whatever the batch holds:
 - workers get chunks of at most ``MAX_CHUNK`` samples; when only built-in verifiers run, a chunk carries only what
-  they read (``reward_input``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
+  they read (``answers.tail``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
   worker's memory does not grow with the batch size or response length;
 - pool workers import ``dtppo.rewards.functions`` (not torch) and build math-verify's parser when they start;
   ``timeout_s`` bounds scoring, not process start-up: a fresh pool is waited for (up to ``STARTUP_S``) first;
@@ -21,25 +21,17 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
+from dtppo.answers import tail
 from dtppo.config import RewardConfig
-from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, gsm8k_function, load_functions,
-                                     reference_text, score_job)
-from dtppo.rewards.math import reward_input
-from dtppo.rewards.pool import ScoringPool
 from dtppo.config.reward_spec import parse_spec
+from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, load_functions, reference_text,
+                                     score_job)
+from dtppo.rewards.pool import ScoringPool
 
 log = logging.getLogger(__name__)
 
 MAX_CHUNK = 256  # samples per task: bounds a worker's memory and the share of a batch one late task zeroes
 STARTUP_S = 120.0  # longest wait for fresh scoring processes to start (not counted in timeout_s)
-
-
-def score_responses(responses: list[str], ground_truths: list[str]) -> torch.Tensor:
-    """The GSM8K verifier's reward per sample, in this process. Returns [B] float32 of 0.0 / 1.0; never raises."""
-    scores = gsm8k_function(prompts=[], completions=responses, answer=ground_truths)
-    return torch.tensor(scores, dtype=torch.float32)
 
 
 class ScoringActor:
@@ -62,7 +54,8 @@ class RewardScorer:
     """Runs the reward functions ``specs`` name in ``cfg.num_workers`` processes (backend "local") or Ray actors
     (backend "ray"), or in this process (``num_workers: 0``).
 
-    ``late_chunks`` counts the chunks that missed ``timeout_s`` (scored 0.0) since construction."""
+    ``late_chunks`` counts the chunks that missed ``timeout_s`` (scored 0.0) since construction; ``Rewarder``
+    reports each batch's count (``train/reward/late_chunks``)."""
 
     def __init__(self, cfg: RewardConfig, backend: str, specs: list[str]):
         self.cfg, self.backend = cfg, backend
@@ -140,8 +133,8 @@ class RewardScorer:
 
 def _builtin_inputs(prompts: list, completions: list, columns: dict[str, list]) -> tuple[list, list, dict]:
     """All the built-in verifiers read: each completion's text and reference, their last ``TAIL_CHARS`` characters."""
-    texts = [reward_input(completion_text(c)) for c in completions]
-    answer = [reward_input(reference_text(a)) for a in columns.get("answer", [""] * len(texts))]
+    texts = [tail(completion_text(c)) for c in completions]
+    answer = [tail(reference_text(a)) for a in columns.get("answer", [""] * len(texts))]
     return [None] * len(texts), texts, {"answer": answer}
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import dtppo.rewards.math as reward_module
-from dtppo.rewards.math import extract_gsm8k_answer, gsm8k_reward
+import dtppo.rewards.verifiers.gsm8k as reward_module
+from dtppo.answers import extract_gsm8k_answer
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 
 GSM8K_TEST = Path(__file__).resolve().parents[2].parent / "shared/data/gsm8k/test.jsonl"
 
@@ -106,16 +107,19 @@ def test_reference_solutions_score_one_and_wrong_numbers_zero(gsm8k_rows):
         assert gsm8k_reward(row["answer"], str(int(gt) + 1)) == 0.0, row["answer"]
 
 
-def test_extract_gsm8k_answer():
-    assert extract_gsm8k_answer("a\n#### 1,000 ") == "1000"
-    assert extract_gsm8k_answer("#### 5\n#### -3") == "-3"
-    with pytest.raises(ValueError):
-        extract_gsm8k_answer("no answer line")
-
-
 @pytest.mark.parametrize(("response", "ground_truth", "expected"), FORMATS)
 def test_formats(response, ground_truth, expected):
     assert gsm8k_reward(response, ground_truth) == expected
+
+
+def test_fbox_is_a_box_as_boxed_is():
+    """Both verifiers read boxes with the one scanner (``dtppo.answers.last_boxed``): ``\\fbox{}`` holds a final
+    answer as ``\\boxed{}`` does, the last box of either kind is the one read, and ``####`` still comes first."""
+    assert gsm8k_reward("So the total is \\fbox{18}.", "18") == 1.0
+    assert gsm8k_reward("\\boxed{5}, no: \\fbox{18}", "18") == 1.0
+    assert gsm8k_reward("\\fbox{5}, no: \\boxed{18}", "18") == 1.0
+    assert gsm8k_reward("\\boxed{18}, no: \\fbox{5}", "18") == 0.0
+    assert gsm8k_reward("#### 18\n\\fbox{5}", "18") == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(_hostile_inputs()))
@@ -177,11 +181,11 @@ def test_callers_pending_alarm_survives():
 
 
 def test_subprocess():
-    src = Path(reward_module.__file__).resolve().parents[2]
+    src = Path(reward_module.__file__).resolve().parents[3]
     pythonpath = os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": pythonpath}
     code = (
-        "from dtppo.rewards.math import gsm8k_reward as r\n"
+        "from dtppo.rewards.verifiers.gsm8k import gsm8k_reward as r\n"
         "print(r('$\\\\frac{36}{2}$', '18'), r('#### 72', '72'), r('\\\\boxed{9^{9^9}}', '9'))"
     )
     result = subprocess.run(

@@ -4,9 +4,9 @@ The final answer is the body of the response's last ``\\boxed{...}`` (or ``\\fbo
 after its last ``####`` up to the end of that line. Equality is math-verify's: ``\\frac{1}{2}`` = ``0.5``,
 ``2\\sqrt{2}`` = ``\\sqrt{8}``, ``(x+1)^2`` = ``x^2+2x+1``; ``[0,1)`` != ``[0,1]``.
 
-Like the GSM8K reward (``dtppo.rewards.math``: its tail, folding and timeout helpers are reused) it runs in
-the trainer's main thread, worker threads (no SIGALRM timeout there), Ray actors and subprocesses, so time
-and memory are bounded by construction: only the last ``TAIL_CHARS`` characters of either side are read,
+Like the GSM8K reward (with which it shares ``dtppo.answers``: the tail, folding, box scan and math-verify call)
+it runs in the trainer's main thread, worker threads (no SIGALRM timeout there), Ray actors and subprocesses, so
+time and memory are bounded by construction: only the last ``TAIL_CHARS`` characters of either side are read,
 the box scan is bounded, regexes are linear, and math-verify (sympy) only sees pairs of answers inside
 static bounds; anything else scores 0.0 unevaluated. Even a timeout is no fence: sympy can sit in one C
 call (``3**(10**30)``) that no signal interrupts. Per side:
@@ -46,12 +46,10 @@ import re
 import string
 from typing import NamedTuple
 
-from math_verify import parse, verify
 from math_verify.parser import LatexExtractionConfig
 
-from dtppo.rewards.math import TAIL_CHARS, _normalise, _timeout_seconds
+from dtppo.answers import BOX_OPENERS, after_hashes, last_boxed, normalise, tail, verify_boxed
 
-_MAX_BOXED = 512  # longest box body scanned: \text{} units and \left( make bodies longer than answers
 _MAX_ANSWER, _MAX_DIGITS, _MAX_FACTORIALS = 160, 30, 3  # characters; per digit run; n! per answer
 _MAX_DEPTH = 5  # \left(\frac{\sqrt{3}}{2}, ...\right) is 3
 _MAX_CARETS, _MAX_POWER = 4, 100
@@ -64,7 +62,6 @@ _MAX_SYMBOLIC_DIGITS, _MAX_LOG_DIGITS = 40, 4  # with generators; with a logarit
 _SYMBOLIC = (48, 2, 0, 4, 2, 0, 0)
 _RADICAL = (80, 4, 2, 6, 2, 2, 0)
 
-_OPENERS = ("\\boxed{", "\\fbox{")
 _LATEX_ONLY = [LatexExtractionConfig()]  # no ExprExtractionConfig: it would hand "2**2**2**2" to sympy
 _CHARS = re.compile(r"[A-Za-z0-9 +\-*/=<>()\[\]{}.,;:!|^_\\%]*")
 _COMMAND = re.compile(r"\\([A-Za-z]+|.)")
@@ -98,41 +95,26 @@ def math_reward(response: str, reference: str) -> float:
     try:
         if not isinstance(response, str) or not isinstance(reference, str):
             return 0.0
-        text = _normalise(response[-TAIL_CHARS:])
-        answer = last_boxed(text)  # else the GSM8K form, the rest of the last "####" line
-        if answer is None and "####" in text:
-            answer = text[text.rfind("####") + 4 :].partition("\n")[0]
-        gold = _normalise(reference[-TAIL_CHARS:])
-        gold = last_boxed(gold) if any(opener in gold for opener in _OPENERS) else gold
-        answer, gold = _clean(answer or ""), _clean(gold or "")  # "" fails every bound
+        text = normalise(tail(response))
+        answer = last_boxed(text)
+        if answer is None:  # the GSM8K form: the rest of the last "####" line
+            answer = (after_hashes(text) or "").partition("\n")[0]
+        gold = normalise(tail(reference))
+        gold = last_boxed(gold) if any(opener in gold for opener in BOX_OPENERS) else gold
+        answer, gold = _canonical(answer), _canonical(gold or "")  # "" fails every bound
         answer_cost, gold_cost = _cost(answer), _cost(gold)
         if answer_cost is None or gold_cost is None or not _affordable(answer_cost, gold_cost):
             return 0.0
-        return 1.0 if answer == gold or _math_verify(answer, gold) else 0.0
+        return 1.0 if answer == gold or verify_boxed(answer, gold, _LATEX_ONLY) else 0.0
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:
         return 0.0
 
 
-def last_boxed(text: str) -> str | None:
-    """Body of the last ``\\boxed{...}`` or ``\\fbox{...}`` in ``text``; None if there is none or its
-    braces do not balance within ``_MAX_BOXED`` characters (so 10 000 unbalanced ``\\boxed{`` cost one
-    short scan). An earlier, balanced box is not used: the final answer is the last one."""
-    start, opener = max((text.rfind(opener), opener) for opener in _OPENERS)
-    if start < 0:
-        return None
-    body = start + len(opener)
-    depth = 0
-    for offset, char in enumerate(text[body : body + _MAX_BOXED]):
-        depth += (char == "{") - (char == "}")
-        if depth < 0:
-            return text[body : body + offset]
-    return None
-
-
-def _clean(answer: str) -> str:
-    """Spell unicode symbols in LaTeX, drop spacing and ``$``, collapse whitespace, drop a final period."""
+def _canonical(answer: str) -> str:
+    """An answer as it is compared: unicode symbols spelled in LaTeX, spacing and ``$`` dropped, whitespace
+    collapsed, a final period dropped."""
     answer = _SPACING.sub(" ", _GLUE.sub("", answer.translate(_SYMBOLS)))
     for old, new in _REWRITES:
         answer = answer.replace(old, new)
@@ -288,12 +270,3 @@ def _base(text: str, caret: int) -> int:
     while letters > 0 and text[letters - 1].isalpha():
         letters -= 1
     return letters - 1 if letters > 0 and text[letters - 1] == "\\" else start
-
-
-def _math_verify(answer: str, gold: str) -> bool:
-    """math-verify's comparison of two bounded answers, each wrapped in ``\\boxed{}``; gold first (the
-    comparison is not symmetric: ``x=3`` as an answer to ``3`` counts, by its right-hand side)."""
-    seconds = _timeout_seconds()
-    parsed_gold = parse("\\boxed{" + gold + "}", _LATEX_ONLY, parsing_timeout=seconds)
-    parsed = parse("\\boxed{" + answer + "}", _LATEX_ONLY, parsing_timeout=seconds)
-    return bool(parsed_gold and parsed and verify(parsed_gold, parsed, timeout_seconds=seconds))

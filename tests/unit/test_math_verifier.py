@@ -1,9 +1,9 @@
-"""dtppo.rewards.math_answer: the MATH answer verifier.
+"""dtppo.rewards.verifiers.math: the MATH answer verifier.
 
 - every hand-written pair of math_pairs.py scores its human grade, with the answer given in a box, on a
   ``####`` line, and as the last of two boxes (the earlier one wrong: only the final answer counts);
 - the documented math-verify deviations behave as documented;
-- ``last_boxed`` and non-string inputs;
+- non-string inputs (the box scanner itself: test_answers.py);
 - a hostile catalogue (towers, huge numbers, deep nesting, megabytes, garbage, look-alikes, invisible
   characters, hostile references, pairs past the joint bounds, and the costliest pairs the bounds still
   admit): each scores exactly its expected value within ``BOUND_S`` from cold caches, in the main thread
@@ -24,9 +24,9 @@ import pytest
 import sympy
 from math_verify import parser as mv_parser
 
-import dtppo.rewards.math_answer as math_answer
-from dtppo.rewards.math import TAIL_CHARS
-from dtppo.rewards.math_answer import last_boxed, math_reward
+import dtppo.rewards.verifiers.math as math_verifier
+from dtppo.answers import TAIL_CHARS
+from dtppo.rewards.verifiers.math import math_reward
 from hostile_catalogue import BIG, DEEP, MB, Case
 from math_pairs import DEVIATIONS, EQUAL, NOT_EQUAL, PAIRS
 
@@ -88,29 +88,6 @@ def test_box_wins_over_hashes_and_an_unclosed_last_box_falls_back_to_them():
     assert math_reward("#### 42 apples\n41", "42") == NOT_EQUAL  # the whole line is the answer
 
 
-@pytest.mark.parametrize(("text", "body"), [
-    ("\\boxed{42}", "42"),
-    ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
-    ("\\boxed{\\left\\{1,\\{2\\}\\right\\}}", "\\left\\{1,\\{2\\}\\right\\}"),
-    ("\\boxed{1} then \\boxed{2} and \\boxed{3}", "3"),
-    ("\\boxed{{a}{b}}", "{a}{b}"),
-    ("\\fbox{7}", "7"),
-    ("\\boxed{1} \\fbox{2}", "2"),
-    ("\\fbox{1} \\boxed{2}", "2"),
-    ("\\boxed{}", ""),
-    ("\\boxed{\\boxed{5}}", "5"),
-    ("\\boxed{1} \\boxed{2", None),  # the last box is unclosed: no earlier box stands in
-    ("\\boxed{{1}", None),
-    ("no box here", None),
-    ("\\boxed 5", None),
-    ("", None),
-    ("\\boxed{" + "1" * 600 + "}", None),  # the scan for the closing brace is bounded
-    ("\\boxed{" * 10_000, None),
-])
-def test_last_boxed(text, body):
-    assert last_boxed(text) == body
-
-
 @pytest.mark.parametrize(("response", "reference"), [
     (None, "1"), ("\\boxed{1}", None), (1, "1"), ("\\boxed{1}", 1), (b"\\boxed{1}", "1"),
     (["\\boxed{1}"], "1"), (1.0, 1.0), (object(), "1"),
@@ -123,7 +100,7 @@ def test_cancellation_still_propagates(monkeypatch):
     def interrupt(*_):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(math_answer, "_math_verify", interrupt)
+    monkeypatch.setattr(math_verifier, "verify_boxed", interrupt)
     with pytest.raises(KeyboardInterrupt):
         math_reward("\\boxed{0.5}", "\\frac{1}{2}")
 
