@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all reliability bench bench-gpu venv clean
+.PHONY: demo test test-all lint format reliability bench bench-gpu venv clean
 
 venv: $(STAMP)
 
@@ -32,11 +32,21 @@ demo: $(STAMP)
 
 # `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 15 minutes on 2 cores;
 # `make test-all` runs every test.
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q -m "not slow" tests
 
-test-all: $(STAMP)
+test-all: lint
 	$(PY) -m pytest -q tests
+
+# The linter and the formatter (ruff, configured in pyproject.toml: line length 120), over the whole tree;
+# `make format` rewrites what `make lint` refuses, where ruff can.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 # Long fault campaigns (minutes each; not in `make test`), results in bench/results/. Add: RELIABILITY_SCRIPTS += path
 RELIABILITY_SCRIPTS := tests/reliability/kill_campaign.py

@@ -7,9 +7,10 @@
 
 Options: ``--recipe`` (default the demo) and ``--set k=v ...`` (overrides for every arm: the recipe of issue 12's
 item 2), ``--steps``, ``--group-size`` (GRPO's samples per prompt), ``--reuse`` (keep finished runs),
-``--arms A ...`` (only these arms), ``--dry-run`` (validate every arm's config and print the commands, run nothing), ``--small`` (2 steps at toy
-sizes with their own SFT model: a smoke test of the runner, not a result), ``--plot`` (every run's curves
-overlaid in docs/img/critic_<table>.png), ``--out DIR`` (the runs, the JSON and the plot go to DIR instead) and
+``--arms A ...`` (only these arms), ``--dry-run`` (validate every arm's config and print the commands, run
+nothing), ``--small`` (2 steps at toy sizes with their own SFT model: a smoke test of the runner, not a result),
+``--plot`` (every run's curves overlaid in
+docs/img/critic_<table>.png), ``--out DIR`` (the runs, the JSON and the plot go to DIR instead) and
 ``--show-output`` (each run's own progress and results table; ``make demo`` uses it), ``--tag NAME`` (a second
 recipe's tables: runs under runs/critic/NAME/, files named critic_<table>_NAME.json and .png, so they neither
 reuse nor overwrite another recipe's), ``--sft-seeds S ...`` (one SFT model per seed, each arm and PPO seed run from
@@ -30,8 +31,9 @@ half of its steps; the decision-token advantage, mean over the policy-training s
 ``train/advantages/first_token_abs_mean`` (|A| at the first response token, where unshifted values see the
 action); training and validation seconds (for equal wall time). Per arm: mean and 95 % confidence interval
 (Student t over the units: SFT models, each the mean of its PPO seeds, when there are several, else PPO seeds);
-with two arms also the paired difference, unit by unit, with its interval. Writes ``bench/results/critic_<table>.json`` (``--small``: under runs/critic/small/)
-with every command and per-seed result, and prints the table.
+with two arms also the paired difference, unit by unit, with its interval. Writes
+``bench/results/critic_<table>.json`` (``--small``: under runs/critic/small/) with every command and per-seed
+result, and prints the table.
 """
 
 from __future__ import annotations
@@ -56,26 +58,83 @@ DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"
 DEFAULT_SEEDS = {"alignment": [0, 1, 2, 3, 4], "grpo": [0, 1, 2], "clean": [0, 1, 2], "warmup": [0]}
 # The warmup table's arms: one critic setting changed from the recipe's at a time.
-WARMUP_ARMS = {"base": [], "lr3e-4": ["value.optimizer.lr=3e-4"], "lr3e-3": ["value.optimizer.lr=3e-3"],
-               "epochs4": ["ppo.ppo_epochs=4"], "batch64": ["value.train_global_batch_size=64"],
-               "batch16": ["value.train_global_batch_size=16", "value.train_micro_batch_size=16"],
-               "head0": ["value.head_init_std=0"], "noclip": ["loss.value_clip=null"]}
+WARMUP_ARMS = {
+    "base": [],
+    "lr3e-4": ["value.optimizer.lr=3e-4"],
+    "lr3e-3": ["value.optimizer.lr=3e-3"],
+    "epochs4": ["ppo.ppo_epochs=4"],
+    "batch64": ["value.train_global_batch_size=64"],
+    "batch16": ["value.train_global_batch_size=16", "value.train_micro_batch_size=16"],
+    "head0": ["value.head_init_std=0"],
+    "noclip": ["loss.value_clip=null"],
+}
 # Toy sizes for --small: seconds per run on 2 CPU cores, its own SFT model so no real one is touched.
-SMALL = ["ppo.max_num_steps=2", "ppo.val_period=1", "ppo.num_prompts_per_step=8", "ppo.max_val_samples=16",
-         "ppo.val_batch_size=16", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8",
-         "value.train_global_batch_size=8", "value.train_micro_batch_size=8", "sft.num_steps=20",
-         "sft.scheduler.warmup_steps=2", "sft.careless_stage.num_steps=2", "sft.min_accuracy=0",
-         f"sft.output_dir={RUNS / 'small' / 'sft'}", "reward.num_workers=0"]
-METRICS = ["accuracy_start", "accuracy_best", "accuracy_final", "gain_best", "gain_final",
-           "explained_var_last_half_mean", "decision_token_advantage", "train_seconds", "step_seconds_median",
-           "validation_seconds", "accuracy_at_equal_time"]
+SMALL = [
+    "ppo.max_num_steps=2",
+    "ppo.val_period=1",
+    "ppo.num_prompts_per_step=8",
+    "ppo.max_val_samples=16",
+    "ppo.val_batch_size=16",
+    "policy.train_global_batch_size=8",
+    "policy.train_micro_batch_size=8",
+    "value.train_global_batch_size=8",
+    "value.train_micro_batch_size=8",
+    "sft.num_steps=20",
+    "sft.scheduler.warmup_steps=2",
+    "sft.careless_stage.num_steps=2",
+    "sft.min_accuracy=0",
+    f"sft.output_dir={RUNS / 'small' / 'sft'}",
+    "reward.num_workers=0",
+]
+METRICS = [
+    "accuracy_start",
+    "accuracy_best",
+    "accuracy_final",
+    "gain_best",
+    "gain_final",
+    "explained_var_last_half_mean",
+    "decision_token_advantage",
+    "train_seconds",
+    "step_seconds_median",
+    "validation_seconds",
+    "accuracy_at_equal_time",
+]
 
 # Two-sided 95 % critical values of Student's t, t_{0.975, df} for df = 1..30 (any t table; checked against a
 # numerical integral of the t density in tests/unit/test_bench_critic.py). Beyond 30 the df-30 value is used:
 # slightly wider than exact, never narrower.
-T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042]
+T_975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 def mean_ci95(values: list[float]) -> dict:
@@ -92,13 +151,19 @@ def summarise(records: list[dict], policy_start_step: int) -> dict:
     """One run's figures from its metrics.jsonl records (see the module docstring)."""
     accuracy = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
     ev = [(r["step"], r["train/critic/explained_var"]) for r in records if "train/critic/explained_var" in r]
-    decision = [r["train/advantages/first_token_abs_mean"] for r in records
-                if "train/advantages/first_token_abs_mean" in r and r["step"] > policy_start_step]
+    decision = [
+        r["train/advantages/first_token_abs_mean"]
+        for r in records
+        if "train/advantages/first_token_abs_mean" in r and r["step"] > policy_start_step
+    ]
     start, best, final = accuracy[0][1], max(a for _, a in accuracy), accuracy[-1][1]
     late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2) if ev else (None, 0)
     return {
-        "accuracy_start": start, "accuracy_best": best, "accuracy_final": final,
-        "gain_best": best - start, "gain_final": final - start,
+        "accuracy_start": start,
+        "accuracy_best": best,
+        "accuracy_final": final,
+        "gain_best": best - start,
+        "gain_final": final - start,
         "explained_var_last_half_mean": late,
         "explained_var_constant_return_steps": constant,
         "decision_token_advantage": statistics.fmean(decision) if decision else None,
@@ -126,9 +191,15 @@ def arm_overrides(table: str, base: config_lib.Config, group_size: int) -> dict[
         prompts = base.ppo.num_prompts_per_step
         if prompts % group_size:
             raise SystemExit(f"--group-size {group_size} must divide ppo.num_prompts_per_step = {prompts}")
-        return {"gae": ["ppo.advantage_estimator=gae"],
-                "grpo": ["ppo.advantage_estimator=grpo", f"ppo.num_prompts_per_step={prompts // group_size}",
-                         f"ppo.num_generations_per_prompt={group_size}", "ppo.policy_training_start_step=0"]}
+        return {
+            "gae": ["ppo.advantage_estimator=gae"],
+            "grpo": [
+                "ppo.advantage_estimator=grpo",
+                f"ppo.num_prompts_per_step={prompts // group_size}",
+                f"ppo.num_generations_per_prompt={group_size}",
+                "ppo.policy_training_start_step=0",
+            ],
+        }
     if table == "warmup":
         steps = base.ppo.max_num_steps
         frozen = [f"ppo.policy_training_start_step={steps}", f"ppo.val_period={steps}"]
@@ -158,9 +229,19 @@ def plan(args: argparse.Namespace) -> tuple[list[dict], Path]:
                 cfg = config_lib.load(args.recipe, overrides)  # a bad arm fails here, before any run starts
                 preflight(cfg)
                 command = ["python", "-m", "dtppo", "ppo", _shown(args.recipe), *overrides]
-                runs.append({"arm": arm, "sft_seed": cfg.sft.seed, "seed": seed, "log_dir": str(log_dir),
-                             "sft_dir": cfg.sft.output_dir, "command": " ".join(command), "argv": command,
-                             "steps": cfg.ppo.max_num_steps, "policy_start_step": cfg.ppo.policy_training_start_step})
+                runs.append(
+                    {
+                        "arm": arm,
+                        "sft_seed": cfg.sft.seed,
+                        "seed": seed,
+                        "log_dir": str(log_dir),
+                        "sft_dir": cfg.sft.output_dir,
+                        "command": " ".join(command),
+                        "argv": command,
+                        "steps": cfg.ppo.max_num_steps,
+                        "policy_start_step": cfg.ppo.policy_training_start_step,
+                    }
+                )
     return runs, root
 
 
@@ -176,8 +257,9 @@ def execute(run: dict, reuse: bool, show_output: bool) -> list[dict]:
     log_dir = REPO / run["log_dir"]
     records = read_metrics(log_dir, missing_ok=True) if reuse else []
     if not any(r["step"] == run["steps"] for r in records):
-        proc = subprocess.run([sys.executable, *run["argv"][1:]], cwd=REPO,
-                              stdout=None if show_output else subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, *run["argv"][1:]], cwd=REPO, stdout=None if show_output else subprocess.DEVNULL
+        )
         if proc.returncode:
             print(f"critic.py: stopped: {run['arm']} seed {run['seed']} exited {proc.returncode}", file=sys.stderr)
             raise SystemExit(proc.returncode)
@@ -189,8 +271,11 @@ def sft_figures(sft_dir: str) -> dict:
     """The SFT model's accuracies (clean and after the careless stage) and steps, as it saved them."""
     path = REPO / sft_dir / "sft_results.json"
     saved = json.loads(path.read_text()) if path.is_file() else {}
-    return {"sft_accuracy": saved.get("sft/accuracy"), "sft_steps": saved.get("sft/steps"),
-            "sft_accuracy_after_careless_stage": saved.get("sft/accuracy_after_careless_stage")}
+    return {
+        "sft_accuracy": saved.get("sft/accuracy"),
+        "sft_steps": saved.get("sft/steps"),
+        "sft_accuracy_after_careless_stage": saved.get("sft/accuracy_after_careless_stage"),
+    }
 
 
 def unit_values(results: list[dict], arm: str, metric: str) -> dict[int, float] | None:
@@ -217,11 +302,15 @@ def compare(results: list[dict]) -> dict:
         a, b = (summary[arm] for arm in arms)
         summary["intervals_overlap"] = {
             m: a[m]["ci95_low"] <= b[m]["ci95_high"] and b[m]["ci95_low"] <= a[m]["ci95_high"]
-            for m in METRICS if m in a and m in b and a[m]["ci95_low"] is not None and b[m]["ci95_low"] is not None}
+            for m in METRICS
+            if m in a and m in b and a[m]["ci95_low"] is not None and b[m]["ci95_low"] is not None
+        }
         first, second = (units[arm] for arm in arms)
         summary["paired_difference"] = {
             m: mean_ci95([first[m][k] - second[m][k] for k in first[m]])
-            for m in METRICS if m in first and m in second and first[m].keys() == second[m].keys()}
+            for m in METRICS
+            if m in first and m in second and first[m].keys() == second[m].keys()
+        }
     return summary
 
 
@@ -230,8 +319,11 @@ def print_table(summary: dict) -> None:
     arms = [arm for arm in summary if arm not in ("intervals_overlap", "paired_difference", "sft_models")]
     overlap = summary.get("intervals_overlap", {})
     n = {arm: max((s["n"] for s in summary[arm].values()), default=0) for arm in arms}
-    print(f"\n{'metric':<30}" + "".join(f"{f'{arm} (n={n[arm]})':>28}" for arm in arms)
-          + ("  CIs overlap" if overlap else ""))
+    print(
+        f"\n{'metric':<30}"
+        + "".join(f"{f'{arm} (n={n[arm]})':>28}" for arm in arms)
+        + ("  CIs overlap" if overlap else "")
+    )
     for metric in dict.fromkeys(m for arm in arms for m in summary[arm]):
         cells = []
         for arm in arms:
@@ -266,8 +358,10 @@ def print_expected(results: list[dict], expected: dict) -> None:
             if metric in ranges and r["result"].get(metric) is not None:
                 low, high = ranges[metric]
                 value = r["result"][metric]
-                print(f"  {r['arm']:<8} {metric:<26} {value:.3f}  expected [{low:.3f}, {high:.3f}]: "
-                      f"{expected_check(value, low, high)}")
+                print(
+                    f"  {r['arm']:<8} {metric:<26} {value:.3f}  expected [{low:.3f}, {high:.3f}]: "
+                    f"{expected_check(value, low, high)}"
+                )
 
 
 def _nanmean(values: list[float]) -> float:
@@ -325,11 +419,17 @@ def main() -> None:
     parser.add_argument("--out", help="a folder for the JSON and the plot (default bench/results/ and docs/img/)")
     parser.add_argument("--show-output", action="store_true", help="show each run's own output (progress, table)")
     parser.add_argument("--tag", help="name a second recipe's runs and files (runs/critic/TAG, critic_<table>_TAG)")
-    parser.add_argument("--sft-seeds", type=int, nargs="+",
-                        help="train one SFT model per seed (sft.seed) and run every arm and seed from each")
+    parser.add_argument(
+        "--sft-seeds",
+        type=int,
+        nargs="+",
+        help="train one SFT model per seed (sft.seed) and run every arm and seed from each",
+    )
     parser.add_argument("--arms", nargs="+", help="run only these arms of the table (e.g. shift)")
-    parser.add_argument("--expect", help="a JSON of expected ranges (bench/expected_range.py): say whether each "
-                                         "run falls inside its arm's range")
+    parser.add_argument(
+        "--expect",
+        help="a JSON of expected ranges (bench/expected_range.py): say whether each run falls inside its arm's range",
+    )
     args = parser.parse_args()
     args.seeds = args.seeds or DEFAULT_SEEDS[args.table]
     runs, root = plan(args)
@@ -343,18 +443,25 @@ def main() -> None:
         result = summarise(records[-1], run["policy_start_step"])
         results.append({k: v for k, v in run.items() if k != "argv"} | sft_figures(run["sft_dir"]) | {"result": result})
         ev = result["explained_var_last_half_mean"]
-        print(f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
-              f"best {result['accuracy_best']:.3f}"
-              f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}", flush=True)
+        print(
+            f"{run['arm']} seed {run['seed']}: start {result['accuracy_start']:.3f} "
+            f"best {result['accuracy_best']:.3f}"
+            f" final {result['accuracy_final']:.3f} EV(last half) {'-' if ev is None else f'{ev:+.3f}'}",
+            flush=True,
+        )
     if args.table == "grpo":
-        budget = min(statistics.fmean(r["steps"] * r["result"]["step_seconds_median"] for r in results
-                                      if r["arm"] == arm) for arm in ("gae", "grpo"))
+        budget = min(
+            statistics.fmean(r["steps"] * r["result"]["step_seconds_median"] for r in results if r["arm"] == arm)
+            for arm in ("gae", "grpo")
+        )
         for r, run_records in zip(results, records):
             r["result"]["accuracy_at_equal_time"] = accuracy_within(run_records, budget)
     summary = compare(results)
-    summary["sft_models"] = {key: mean_ci95(values) for key in ("sft_accuracy", "sft_accuracy_after_careless_stage")
-                             if (values := [v for v in {r["sft_seed"]: r[key] for r in results}.values()
-                                            if v is not None])}
+    summary["sft_models"] = {
+        key: mean_ci95(values)
+        for key in ("sft_accuracy", "sft_accuracy_after_careless_stage")
+        if (values := [v for v in {r["sft_seed"]: r[key] for r in results}.values() if v is not None])
+    }
     print_table(summary)
     if args.expect:
         print_expected(results, json.loads(Path(args.expect).read_text()))
@@ -363,11 +470,18 @@ def main() -> None:
         image_dir = REPO / args.out if args.out else REPO / "docs" / "img"
         image = plot_arms(results, records, image_dir / f"critic_{name}.png")
         print(f"wrote {_shown(str(image))}")
-    out = REPO / root / f"critic_{name}.json" if args.out or args.small else \
-        REPO / "bench" / "results" / f"critic_{name}.json"
+    out = (
+        REPO / root / f"critic_{name}.json"
+        if args.out or args.small
+        else REPO / "bench" / "results" / f"critic_{name}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results,
-                               "summary": summary}, indent=1))
+    out.write_text(
+        json.dumps(
+            {"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results, "summary": summary},
+            indent=1,
+        )
+    )
     print(f"wrote {_shown(str(out))}")
 
 

@@ -73,16 +73,22 @@ def group_mean(values: torch.Tensor, groups: torch.Tensor, leave_one_out: bool) 
     return torch.where(has_others, own_sum / own_count.clamp(min=1), 0.0), has_others
 
 
-def predictors(rewards: torch.Tensor, prompt_ids: torch.Tensor, bare: torch.Tensor,
-               hard: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def predictors(
+    rewards: torch.Tensor, prompt_ids: torch.Tensor, bare: torch.Tensor, hard: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
     """Per-sample predictions [N] of each predictor. rewards: [N]; prompt_ids: [N] int64; bare: [N] bool;
     hard: [N] bool, the problem's difficulty, or None for a task of one difficulty."""
     form = bare.long()
     prompt_loo, has_others = group_mean(rewards, prompt_ids, leave_one_out=True)
     joint_loo, has_joint = group_mean(rewards, prompt_ids * 2 + form, leave_one_out=True)
-    by_difficulty = {} if hard is None else {
-        "difficulty oracle": group_mean(rewards, hard.long(), leave_one_out=False)[0],
-        "difficulty x form": group_mean(rewards, hard.long() * 2 + form, leave_one_out=False)[0]}
+    by_difficulty = (
+        {}
+        if hard is None
+        else {
+            "difficulty oracle": group_mean(rewards, hard.long(), leave_one_out=False)[0],
+            "difficulty x form": group_mean(rewards, hard.long() * 2 + form, leave_one_out=False)[0],
+        }
+    )
     return {
         "global mean": torch.full_like(rewards, rewards.double().mean().item(), dtype=torch.float64),
         "form oracle": group_mean(rewards, form, leave_one_out=False)[0],
@@ -96,22 +102,30 @@ def predictors(rewards: torch.Tensor, prompt_ids: torch.Tensor, bare: torch.Tens
 def position_masks(response_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """Response tokens by their index within the response. response_mask: [N, T] -> {bucket: [N, T]}."""
     index = response_mask.cumsum(-1) - 1
-    return {f"positions {lo}-{hi - 1}" if hi < 10_000 else f"positions {lo}+":
-            response_mask * ((index >= lo) & (index < hi)).float() for lo, hi in POSITION_BUCKETS}
+    return {
+        f"positions {lo}-{hi - 1}" if hi < 10_000 else f"positions {lo}+": response_mask
+        * ((index >= lo) & (index < hi)).float()
+        for lo, hi in POSITION_BUCKETS
+    }
 
 
 def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples: int, seed: int, offset: int):
     tokenizer = load_tokenizer(model_dir)
-    model = build_causal_lm(model_dir, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
-                            tokenizer.eos_token_id, seed).eval()
+    model = build_causal_lm(
+        model_dir, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, seed
+    ).eval()
     source, _ = build_sources(cfg, tokenizer=tokenizer)
     problems = [source[i] for i in range(offset, offset + num_prompts)]
     repeated = [p for p in problems for _ in range(num_samples)]
     prompts = encode_prompts(tokenizer, repeated, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     gen = cfg.policy.generation
     generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id)
-    experience = generator.sample(prompts, SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
-                                  stream_key(seed, 0), torch.arange(len(prompts)))
+    experience = generator.sample(
+        prompts,
+        SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
+        stream_key(seed, 0),
+        torch.arange(len(prompts)),
+    )
     texts = decode_responses(tokenizer, experience)
     rewarder = Rewarder(cfg.reward, cfg.data.system_prompt, "local", torch.device("cpu"))  # no Ray cluster here
     try:
@@ -120,8 +134,11 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
         rewarder.close()
     prompt_ids = torch.arange(num_prompts).repeat_interleave(num_samples)
     bare = torch.tensor([t.strip().startswith("####") for t in texts])
-    hard = torch.tensor([is_hard(p.question, cfg.data.tiny_math.max_number) for p in repeated]) \
-        if cfg.data.task == "tiny_math" and cfg.data.tiny_math.hard_fraction > 0 else None
+    hard = (
+        torch.tensor([is_hard(p.question, cfg.data.tiny_math.max_number) for p in repeated])
+        if cfg.data.task == "tiny_math" and cfg.data.tiny_math.hard_fraction > 0
+        else None
+    )
     return experience, rewards, prompt_ids, bare, hard
 
 
@@ -139,16 +156,21 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--critic", help="an exported critic directory: its values become one more row")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--offset", type=int, default=0,
-                        help="first training problem used (e.g. past those a PPO run trained its critic on)")
+    parser.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="first training problem used (e.g. past those a PPO run trained its critic on)",
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "ev_ceiling.json"))
     args = parser.parse_args()
     cfg = config_lib.load(args.recipe, args.overrides)
     preflight(cfg)
     model_dir = args.model or cfg.sft.output_dir
     torch.manual_seed(args.seed)
-    experience, rewards, prompt_ids, bare, hard = sample(cfg, model_dir, args.prompts, args.samples, args.seed,
-                                                       args.offset)
+    experience, rewards, prompt_ids, bare, hard = sample(
+        cfg, model_dir, args.prompts, args.samples, args.seed, args.offset
+    )
     mask = experience.response_mask
     token_rewards = token_level_rewards(rewards, mask)
     _, returns = compute_gae(token_rewards, torch.zeros_like(mask), mask, cfg.ppo.gamma, 1.0)
@@ -159,19 +181,34 @@ def main() -> None:
         table[name] = {bucket: float(explained_var(returns, values, m)) for bucket, m in buckets.items()}
     if args.critic:
         with torch.no_grad():
-            values = ValueModel.from_pretrained(args.critic, shift=cfg.value.shift_values).eval().values(
-                experience.input_ids, experience.attention_mask)
-        table[f"critic {args.critic}"] = {bucket: float(explained_var(returns, values, m))
-                                          for bucket, m in buckets.items()}
+            values = (
+                ValueModel.from_pretrained(args.critic, shift=cfg.value.shift_values)
+                .eval()
+                .values(experience.input_ids, experience.attention_mask)
+            )
+        table[f"critic {args.critic}"] = {
+            bucket: float(explained_var(returns, values, m)) for bucket, m in buckets.items()
+        }
     facts = {
-        "model": model_dir, "critic": args.critic, "prompts": args.prompts, "offset": args.offset,
-        "samples_per_prompt": args.samples, "seed": args.seed,
-        "accuracy": float(rewards.mean()), "bare_fraction": float(bare.float().mean()),
+        "model": model_dir,
+        "critic": args.critic,
+        "prompts": args.prompts,
+        "offset": args.offset,
+        "samples_per_prompt": args.samples,
+        "seed": args.seed,
+        "accuracy": float(rewards.mean()),
+        "bare_fraction": float(bare.float().mean()),
         "accuracy_bare": float(rewards[bare].mean()) if bare.any() else None,
         "accuracy_worked": float(rewards[~bare].mean()) if (~bare).any() else None,
-        **({} if hard is None else {"hard_fraction": float(hard.float().mean()),
-                                    "accuracy_easy": float(rewards[~hard].mean()) if (~hard).any() else None,
-                                    "accuracy_hard": float(rewards[hard].mean()) if hard.any() else None}),
+        **(
+            {}
+            if hard is None
+            else {
+                "hard_fraction": float(hard.float().mean()),
+                "accuracy_easy": float(rewards[~hard].mean()) if (~hard).any() else None,
+                "accuracy_hard": float(rewards[hard].mean()) if hard.any() else None,
+            }
+        ),
         "token_fraction_per_bucket": {b: float(m.sum() / mask.sum()) for b, m in buckets.items()},
         "command": " ".join(["python", "bench/ev_ceiling.py", *sys.argv[1:]]),
     }

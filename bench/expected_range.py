@@ -54,8 +54,12 @@ def expected_ranges(tables: list[dict]) -> dict:
                 # A skewed spread (an arm that usually recovers, sometimes not) has runs outside the normal-theory
                 # interval: the range always covers every measured run.
                 arms[arm][metric] = [min(low, min(values)), max(high, max(values))]
-                observed[arm][metric] = {"n": len(values), "min": min(values), "max": max(values),
-                                         "mean": statistics.fmean(values)}
+                observed[arm][metric] = {
+                    "n": len(values),
+                    "min": min(values),
+                    "max": max(values),
+                    "mean": statistics.fmean(values),
+                }
     return {"arms": arms, "observed": observed}
 
 
@@ -68,15 +72,20 @@ def main() -> None:
     ranges = expected_ranges(tables)
     n = sum(len(t["runs"]) for t in tables)
     names = ", ".join(Path(path).name for path in args.tables)
-    out = {"source": f"95 % prediction interval for one run, widened to every measured run, from {n} runs in {names}; "
-                     "docs/learning.md",
-           "command": " ".join(["python", "bench/expected_range.py", *args.tables, "--out", args.out]), **ranges}
+    out = {
+        "source": f"95 % prediction interval for one run, widened to every measured run, from {n} runs in {names}; "
+        "docs/learning.md",
+        "command": " ".join(["python", "bench/expected_range.py", *args.tables, "--out", args.out]),
+        **ranges,
+    }
     Path(args.out).write_text(json.dumps(out, indent=1))
     for arm, metrics in ranges["arms"].items():
         for metric, (low, high) in metrics.items():
             seen = ranges["observed"][arm][metric]
-            print(f"{arm:<8} {metric:<26} [{low:.3f}, {high:.3f}]  (n {seen['n']}, observed {seen['min']:.3f}"
-                  f"-{seen['max']:.3f})")
+            print(
+                f"{arm:<8} {metric:<26} [{low:.3f}, {high:.3f}]  (n {seen['n']}, observed {seen['min']:.3f}"
+                f"-{seen['max']:.3f})"
+            )
     print(f"wrote {args.out}")
 
 

@@ -65,8 +65,9 @@ from workload import train_flops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Qwen2.5-0.5B's transformer shape (its 151k vocabulary replaced by the project's character tokenizer).
-QWEN25_05B = TinyModelConfig(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864,
-                             max_position_embeddings=4096)
+QWEN25_05B = TinyModelConfig(
+    hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864, max_position_embeddings=4096
+)
 CPU_SMOKE = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
 RECIPE_TINY = TinyModelConfig()  # the tiny recipe's policy and critic (recipes/base.yaml policy.model.tiny)
 # Tolerances against CPU fp32. fp32: summation order only. bf16 has an 8-bit mantissa (relative rounding
@@ -84,8 +85,12 @@ def prompts_and_answers(tokenizer, count: int, seed: int = 0) -> tuple[list[list
     """Tiny-math training prompts through the tokenizer's chat template, as the trainer builds them."""
     stream = TinyMathStream(TinyMathConfig(), seed)
     problems = [stream[i] for i in range(count)]
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.question}], add_generation_prompt=True,
-                                           tokenize=False) for p in problems]
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
+        )
+        for p in problems
+    ]
     return tokenizer(texts, add_special_tokens=False)["input_ids"], [p.answer for p in problems]
 
 
@@ -110,22 +115,31 @@ def autocast(device: torch.device, precision: str):
 def with_targets(exp: Experience, policy, critic, seed: int = 1) -> Experience:
     """Old log-probs, old values, seeded rewards, GAE advantages and returns, all from CPU fp32."""
     with torch.no_grad():
-        old_logprobs = logprobs_from_logits(policy(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits,
-                                            exp.input_ids)
+        old_logprobs = logprobs_from_logits(
+            policy(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids
+        )
         old_values = critic.values(exp.input_ids, exp.attention_mask)
     rewards = torch.rand(exp.batch_size, generator=torch.Generator().manual_seed(seed))
     token_rewards = token_level_rewards(rewards, exp.response_mask)
     advantages, returns = compute_advantages(token_rewards, old_values, exp.response_mask, 1.0, 1.0, 1.0, True)
-    return exp.replace(old_logprobs=old_logprobs, old_values=old_values, rewards=rewards, advantages=advantages,
-                       returns=returns)
+    return exp.replace(
+        old_logprobs=old_logprobs, old_values=old_values, rewards=rewards, advantages=advantages, returns=returns
+    )
 
 
 def ppo_loss_sum(name: str, model, exp: Experience) -> torch.Tensor:
     """The clipped policy loss (``name == "policy"``) or value loss of ``exp``, summed over its tokens."""
     if name == "policy":
         logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
-        loss, _ = policy_loss(logprobs_from_logits(logits, exp.input_ids), exp.old_logprobs, exp.advantages,
-                              exp.response_mask, CLIP, CLIP, gen_logprobs=exp.gen_logprobs)
+        loss, _ = policy_loss(
+            logprobs_from_logits(logits, exp.input_ids),
+            exp.old_logprobs,
+            exp.advantages,
+            exp.response_mask,
+            CLIP,
+            CLIP,
+            gen_logprobs=exp.gen_logprobs,
+        )
     else:
         values = model.values(exp.input_ids, exp.attention_mask)
         loss, _ = value_loss(values, exp.old_values, exp.returns, exp.response_mask, VALUE_CLIP)
@@ -154,9 +168,12 @@ def evaluate(policy, critic, exp: Experience, device: torch.device, precision: s
     with torch.no_grad():
         p = copy.deepcopy(policy).to(device, infer_dtype).eval()
         c = copy.deepcopy(critic).to(device, infer_dtype).eval()
-        result = {"logprobs": logprobs_from_logits(p(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits,
-                                                   exp.input_ids).cpu(),
-                  "values": c.values(exp.input_ids, exp.attention_mask).float().cpu()}
+        result = {
+            "logprobs": logprobs_from_logits(
+                p(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids
+            ).cpu(),
+            "values": c.values(exp.input_ids, exp.attention_mask).float().cpu(),
+        }
         del p, c
     train_p, train_c = copy.deepcopy(policy).to(device).train(), copy.deepcopy(critic).to(device).train()
     return result | losses_and_grads(train_p, train_c, exp, device, precision)
@@ -167,8 +184,10 @@ def compare(ref: dict, got: dict, mask: torch.Tensor, precision: str, label: str
     valid = mask.bool()
     lp_diff = (ref["logprobs"] - got["logprobs"]).abs()[valid]
     row = {
-        "check": label, "precision": precision,
-        "logprob_max_abs_diff": float(lp_diff.max()), "logprob_mean_abs_diff": float(lp_diff.mean()),
+        "check": label,
+        "precision": precision,
+        "logprob_max_abs_diff": float(lp_diff.max()),
+        "logprob_mean_abs_diff": float(lp_diff.mean()),
         "value_max_abs_diff": float((ref["values"] - got["values"]).abs()[valid].max()),
     }
     for key in ("policy_loss", "critic_loss"):
@@ -176,10 +195,15 @@ def compare(ref: dict, got: dict, mask: torch.Tensor, precision: str, label: str
         row[f"{key}_diff"] = abs(ref[key] - got[key]) / max(abs(ref[key]), 1.0)
     for key in ("policy_grad_norm", "critic_grad_norm"):
         row[f"{key}_rel_diff"] = abs(ref[key] - got[key]) / max(abs(ref[key]), 1e-12)
-    limits = {"logprob_max_abs_diff": tol["logprob_max"], "logprob_mean_abs_diff": tol["logprob_mean"],
-              "value_max_abs_diff": tol["value_max"], "policy_loss_diff": tol["loss"],
-              "critic_loss_diff": tol["loss"], "policy_grad_norm_rel_diff": tol["grad_norm_rel"],
-              "critic_grad_norm_rel_diff": tol["grad_norm_rel"]}
+    limits = {
+        "logprob_max_abs_diff": tol["logprob_max"],
+        "logprob_mean_abs_diff": tol["logprob_mean"],
+        "value_max_abs_diff": tol["value_max"],
+        "policy_loss_diff": tol["loss"],
+        "critic_loss_diff": tol["loss"],
+        "policy_grad_norm_rel_diff": tol["grad_norm_rel"],
+        "critic_grad_norm_rel_diff": tol["grad_norm_rel"],
+    }
     row["tolerances"] = limits
     row["passed"] = all(math.isfinite(row[k]) and row[k] <= limit for k, limit in limits.items())
     return row
@@ -195,13 +219,34 @@ def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
     exp = with_targets(exp, policy, critic)
     reference = evaluate(policy, critic, exp, torch.device("cpu"), "fp32")
     if device.type == "cpu":
-        return [compare(reference, evaluate(policy, critic, exp, device, "fp32"), exp.response_mask, "fp32",
-                        "cpu fp32 vs cpu fp32 (smoke: plumbing only)")]
+        return [
+            compare(
+                reference,
+                evaluate(policy, critic, exp, device, "fp32"),
+                exp.response_mask,
+                "fp32",
+                "cpu fp32 vs cpu fp32 (smoke: plumbing only)",
+            )
+        ]
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, False
-    rows = [compare(reference, evaluate(policy, critic, exp, device, "fp32"), exp.response_mask, "fp32",
-                    "cuda fp32 (TF32 off) vs cpu fp32")]
-    rows.append(compare(reference, evaluate(policy, critic, exp, device, "bf16"), exp.response_mask, "bf16",
-                        "cuda bf16 params / bf16 autocast, fp32 reductions vs cpu fp32"))
+    rows = [
+        compare(
+            reference,
+            evaluate(policy, critic, exp, device, "fp32"),
+            exp.response_mask,
+            "fp32",
+            "cuda fp32 (TF32 off) vs cpu fp32",
+        )
+    ]
+    rows.append(
+        compare(
+            reference,
+            evaluate(policy, critic, exp, device, "bf16"),
+            exp.response_mask,
+            "bf16",
+            "cuda bf16 params / bf16 autocast, fp32 reductions vs cpu fp32",
+        )
+    )
     return rows
 
 
@@ -223,15 +268,28 @@ def shape_overrides(shape: dict) -> list[str]:
     return [f"{role}.model.tiny.{key}={value}" for role in ("policy", "value") for key, value in shape.items()]
 
 
-def run_dtppo(overrides: list[str], log_dir: Path, cuda: bool, timeout: float,
-              extra_env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[dict], float]:
+def run_dtppo(
+    overrides: list[str], log_dir: Path, cuda: bool, timeout: float, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, list[dict], float]:
     """`python -m dtppo ppo` on the tiny recipe with ``overrides`` in a subprocess (CUDA hidden unless ``cuda``):
     the process, its metrics.jsonl records and its wall seconds."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}), **(extra_env or {}))
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dtppo", "ppo", str(ROOT / "recipes" / "tiny-math-cpu.yaml"),
-                           *overrides, f"logger.log_dir={log_dir}"], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dtppo",
+            "ppo",
+            str(ROOT / "recipes" / "tiny-math-cpu.yaml"),
+            *overrides,
+            f"logger.log_dir={log_dir}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     seconds = time.perf_counter() - start
     records = read_metrics(log_dir, missing_ok=True)
     return proc, records, seconds
@@ -246,41 +304,92 @@ def step_flops(batch: int, mean_tokens: float, shape: dict, vocab: int) -> float
     return 2 * policy + critic + 3 * (policy + critic)
 
 
-def trainer_steps(cuda: bool, args, backend_overrides: tuple[str, ...] = (), profile_dir: Path | None = None,
-                  model_dir: Path | None = None, model_shape: dict | None = None, vocab: int | None = None) -> dict:
+def trainer_steps(
+    cuda: bool,
+    args,
+    backend_overrides: tuple[str, ...] = (),
+    profile_dir: Path | None = None,
+    model_dir: Path | None = None,
+    model_shape: dict | None = None,
+    vocab: int | None = None,
+) -> dict:
     """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
     (CUDA) or a 64-hidden one (CPU fallback), or on ``model_dir`` (of ``model_shape`` and ``vocab``): one warm-up
     step, then ``args.steps`` measured ones. Per-phase seconds are the trainer's own `timing/*` metrics (medians
     over the measured steps)."""
     shape = model_shape or vars(QWEN25_05B if cuda else CPU_SMOKE)
     steps = args.steps + 1
-    batch_keys = [f"{role}.{key}={n}" for role in ("policy", "value")
-                  for key, n in (("train_global_batch_size", args.batch), ("train_micro_batch_size", args.micro))]
+    batch_keys = [
+        f"{role}.{key}={n}"
+        for role in ("policy", "value")
+        for key, n in (("train_global_batch_size", args.batch), ("train_micro_batch_size", args.micro))
+    ]
     model = [f"policy.model.path={model_dir}"] if model_dir else shape_overrides(shape)  # the critic starts from it
-    overrides = ["ppo.init_from_sft=false", f"ppo.max_num_steps={steps}", f"ppo.num_prompts_per_step={args.batch}",
-                 f"policy.generation.max_new_tokens={args.new_tokens}", "ppo.val_at_start=false",
-                 f"ppo.val_period={steps}", "ppo.max_val_samples=8", "ppo.val_batch_size=8", *batch_keys,
-                 f"policy.logprob_batch_size={args.batch}", f"value.inference_batch_size={args.batch}",
-                 "checkpointing.enabled=false", "reward.num_workers=0", "logger.tensorboard=false",
-                 "logger.progress=false", *model, *backend_overrides, *args.override]
+    overrides = [
+        "ppo.init_from_sft=false",
+        f"ppo.max_num_steps={steps}",
+        f"ppo.num_prompts_per_step={args.batch}",
+        f"policy.generation.max_new_tokens={args.new_tokens}",
+        "ppo.val_at_start=false",
+        f"ppo.val_period={steps}",
+        "ppo.max_val_samples=8",
+        "ppo.val_batch_size=8",
+        *batch_keys,
+        f"policy.logprob_batch_size={args.batch}",
+        f"value.inference_batch_size={args.batch}",
+        "checkpointing.enabled=false",
+        "reward.num_workers=0",
+        "logger.tensorboard=false",
+        "logger.progress=false",
+        *model,
+        *backend_overrides,
+        *args.override,
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=1800,
-                                           extra_env={PROFILE_ENV: str(profile_dir)} if profile_dir else None)
+        proc, records, seconds = run_dtppo(
+            overrides,
+            Path(tmp) / "log",
+            cuda,
+            timeout=1800,
+            extra_env={PROFILE_ENV: str(profile_dir)} if profile_dir else None,
+        )
     measured = [r for r in records if "timing/step" in r][1:]
-    result = {"model_shape": shape, "vocab_size": vocab or len(build_char_tokenizer()),
-              "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
-              "batch": args.batch, "max_new_tokens": args.new_tokens, "micro_batch": args.micro,
-              "overrides": overrides, "exit_code": proc.returncode, "wall_s": seconds, "steps_measured": len(measured),
-              "stderr_tail": proc.stderr[-3000:] if proc.returncode else ""}
+    result = {
+        "model_shape": shape,
+        "vocab_size": vocab or len(build_char_tokenizer()),
+        "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
+        "batch": args.batch,
+        "max_new_tokens": args.new_tokens,
+        "micro_batch": args.micro,
+        "overrides": overrides,
+        "exit_code": proc.returncode,
+        "wall_s": seconds,
+        "steps_measured": len(measured),
+        "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
+    }
     if proc.returncode or not measured:
         return result | {"passed": False}
     last = measured[-1]
-    return result | _step_figures(measured, shape, result["vocab_size"], args.batch, cuda) | {
-        "last_step": {k: last.get(k) for k in ("train/reward", "train/loss", "train/critic/loss",
-                                                "train/token_mult_prob_error", "train/critic/explained_var")},
-        "passed": all(isinstance(last.get(k), float) and math.isfinite(last[k])
-                      for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")),
-    }
+    return (
+        result
+        | _step_figures(measured, shape, result["vocab_size"], args.batch, cuda)
+        | {
+            "last_step": {
+                k: last.get(k)
+                for k in (
+                    "train/reward",
+                    "train/loss",
+                    "train/critic/loss",
+                    "train/token_mult_prob_error",
+                    "train/critic/explained_var",
+                )
+            },
+            "passed": all(
+                isinstance(last.get(k), float) and math.isfinite(last[k])
+                for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
+            ),
+        }
+    )
 
 
 def _step_figures(measured: list[dict], shape: dict, vocab: int, batch: int, cuda: bool) -> dict:
@@ -293,26 +402,41 @@ def _step_figures(measured: list[dict], shape: dict, vocab: int, batch: int, cud
     generated = statistics.median(r["train/mean_gen_tokens_per_sample"] for r in measured) * batch
     flops = step_flops(batch, tokens / batch, shape, vocab)
     lengths = torch.full((batch,), tokens / batch)
-    update_flops = {"policy_update": train_flops(shape, 0, lengths) + 6.0 * shape["hidden_size"] * vocab * generated,
-                    "critic_update": train_flops(shape, 1, lengths)}
-    peak = matmul_peak(torch.device("cuda" if cuda else "cpu"), torch.bfloat16 if cuda else torch.float32,
-                       8192 if cuda else 1024, 20 if cuda else 5)
+    update_flops = {
+        "policy_update": train_flops(shape, 0, lengths) + 6.0 * shape["hidden_size"] * vocab * generated,
+        "critic_update": train_flops(shape, 1, lengths),
+    }
+    peak = matmul_peak(
+        torch.device("cuda" if cuda else "cpu"),
+        torch.bfloat16 if cuda else torch.float32,
+        8192 if cuda else 1024,
+        20 if cuda else 5,
+    )
     memory = [r["perf/max_memory_allocated_gib"] for r in measured if "perf/max_memory_allocated_gib" in r]
     return {
-        "timing_s_median": median, "step_s_all": [r["timing/step"] for r in measured],
-        "phase_share": {k.removeprefix("timing/"): v / median["timing/step"] for k, v in median.items()
-                        if k not in ("timing/step", "timing/validation")},
+        "timing_s_median": median,
+        "step_s_all": [r["timing/step"] for r in measured],
+        "phase_share": {
+            k.removeprefix("timing/"): v / median["timing/step"]
+            for k, v in median.items()
+            if k not in ("timing/step", "timing/validation")
+        },
         # Issue 23's goal: <= 1.15 at equal shapes (the first H200 run measured 3.9).
         "critic_over_policy_update": median.get("timing/critic_update", math.nan)
         / median.get("timing/policy_update", math.nan),
-        "tokens_per_step": tokens, "tokens_per_s": tokens / median["timing/step"],
-        "generated_tokens_per_step": generated, "generated_tokens_per_s": generated / median["timing/generation"],
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens / median["timing/step"],
+        "generated_tokens_per_step": generated,
+        "generated_tokens_per_s": generated / median["timing/generation"],
         "training_tokens_per_s": {k: tokens / median[f"timing/{k}"] for k in update_flops if f"timing/{k}" in median},
-        "model_flops_per_step_estimate": flops, "achieved_tflops": flops / median["timing/step"] / 1e12,
-        "peak_matmul_dtype": "bfloat16" if cuda else "float32", "peak_tflops": peak / 1e12,
+        "model_flops_per_step_estimate": flops,
+        "achieved_tflops": flops / median["timing/step"] / 1e12,
+        "peak_matmul_dtype": "bfloat16" if cuda else "float32",
+        "peak_tflops": peak / 1e12,
         "peak_fraction": flops / median["timing/step"] / peak,
-        "update_peak_fraction": {k: f / median[f"timing/{k}"] / peak for k, f in update_flops.items()
-                                 if f"timing/{k}" in median},
+        "update_peak_fraction": {
+            k: f / median[f"timing/{k}"] / peak for k, f in update_flops.items() if f"timing/{k}" in median
+        },
         "max_memory_allocated_gib": max(memory) if memory else None,
     }
 
@@ -350,10 +474,20 @@ def vllm_steps(cuda: bool, args) -> dict:
 def checkpoint_resume(cuda: bool) -> dict:
     """The tiny recipe for 2 PPO steps with a checkpoint at each, then the same command to 3 steps: it must
     resume from step 2 (DCP save and load on the device's process group) and log only step 3."""
-    fast = ["ppo.init_from_sft=false", "ppo.num_prompts_per_step=16", "ppo.max_val_samples=32",
-            "ppo.val_batch_size=32", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=4",
-            "value.train_global_batch_size=8", "value.train_micro_batch_size=4", "reward.num_workers=0",
-            "logger.progress=false", "logger.tensorboard=false", "checkpointing.save_period=1"]
+    fast = [
+        "ppo.init_from_sft=false",
+        "ppo.num_prompts_per_step=16",
+        "ppo.max_val_samples=32",
+        "ppo.val_batch_size=32",
+        "policy.train_global_batch_size=8",
+        "policy.train_micro_batch_size=4",
+        "value.train_global_batch_size=8",
+        "value.train_micro_batch_size=4",
+        "reward.num_workers=0",
+        "logger.progress=false",
+        "logger.tensorboard=false",
+        "checkpointing.save_period=1",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         fast.append(f"checkpointing.checkpoint_dir={tmp}/ckpt")
         log = Path(tmp) / "log"
@@ -364,11 +498,19 @@ def checkpoint_resume(cuda: bool) -> dict:
     keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
     metrics = {k: last.get(k) for k in keys}
     resumed = "resumed from" in second.stdout
-    return {"exit_codes": [first.returncode, second.returncode], "seconds": [first_s, second_s],
-            "steps_logged": steps, "resumed": resumed, "last_step_metrics": metrics,
-            "stderr_tail": (first.stderr + second.stderr)[-3000:] if first.returncode or second.returncode else "",
-            "passed": first.returncode == 0 and second.returncode == 0 and resumed and steps == [1, 2, 3]
-            and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())}
+    return {
+        "exit_codes": [first.returncode, second.returncode],
+        "seconds": [first_s, second_s],
+        "steps_logged": steps,
+        "resumed": resumed,
+        "last_step_metrics": metrics,
+        "stderr_tail": (first.stderr + second.stderr)[-3000:] if first.returncode or second.returncode else "",
+        "passed": first.returncode == 0
+        and second.returncode == 0
+        and resumed
+        and steps == [1, 2, 3]
+        and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values()),
+    }
 
 
 FEATURE_FLAGS = [f"{w}.{k}=true" for w in ("policy", "value") for k in ("activation_checkpointing", "cpu_offload")]
@@ -383,9 +525,12 @@ def memory_features(cuda: bool) -> dict:
         return {"skipped": "CPU fallback"}
     rows = features_rows(24, (1,), os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py"))
     by = {(r["role"], r["feature"]): r for r in rows}
-    passed = all(by[(role, "cpu_offload")]["device_resident_MiB"] < by[(role, "off")]["device_resident_MiB"] and
-                 by[(role, "activation_checkpointing")]["device_held_after_forward_MiB"]
-                 < by[(role, "off")]["device_held_after_forward_MiB"] for role in ("policy", "critic"))
+    passed = all(
+        by[(role, "cpu_offload")]["device_resident_MiB"] < by[(role, "off")]["device_resident_MiB"]
+        and by[(role, "activation_checkpointing")]["device_held_after_forward_MiB"]
+        < by[(role, "off")]["device_held_after_forward_MiB"]
+        for role in ("policy", "critic")
+    )
     return {"rows": rows, "passed": passed}
 
 
@@ -395,19 +540,33 @@ def features_smoke(cuda: bool) -> dict:
     (tests/distributed/test_memory_features.py builds the workers with both flags on 2 gloo ranks)."""
     if not cuda:
         return {"skipped": "CPU fallback"}
-    overrides = ["ppo.init_from_sft=false", "ppo.max_num_steps=2", "ppo.num_prompts_per_step=16",
-                 "ppo.max_val_samples=16", "ppo.val_batch_size=16", "policy.train_global_batch_size=8",
-                 "value.train_global_batch_size=8", "loss.kl_coef=0.05", "reward.num_workers=0",
-                 "logger.progress=false", "logger.tensorboard=false", "checkpointing.enabled=false", *FEATURE_FLAGS]
+    overrides = [
+        "ppo.init_from_sft=false",
+        "ppo.max_num_steps=2",
+        "ppo.num_prompts_per_step=16",
+        "ppo.max_val_samples=16",
+        "ppo.val_batch_size=16",
+        "policy.train_global_batch_size=8",
+        "value.train_global_batch_size=8",
+        "loss.kl_coef=0.05",
+        "reward.num_workers=0",
+        "logger.progress=false",
+        "logger.tensorboard=false",
+        "checkpointing.enabled=false",
+        *FEATURE_FLAGS,
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900)
     last = next((r for r in reversed(records) if "train/loss" in r), {})
     keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
-    return {"overrides": overrides, "exit_code": proc.returncode, "seconds": seconds,
-            "last_step_metrics": {k: last.get(k) for k in keys},
-            "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
-            "passed": proc.returncode == 0 and all(isinstance(last.get(k), float) and math.isfinite(last[k])
-                                                   for k in keys)}
+    return {
+        "overrides": overrides,
+        "exit_code": proc.returncode,
+        "seconds": seconds,
+        "last_step_metrics": {k: last.get(k) for k in keys},
+        "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
+        "passed": proc.returncode == 0 and all(isinstance(last.get(k), float) and math.isfinite(last[k]) for k in keys),
+    }
 
 
 def update_profile(cuda: bool, args) -> dict:
@@ -426,11 +585,15 @@ def update_profile(cuda: bool, args) -> dict:
                 by_model[summary["model"]] = summary
     keys = "total_self_device_ms" if cuda else "total_self_cpu_ms"
     policy, value = by_model.get("policy"), by_model.get("value")
-    return {"exit_code": run["exit_code"], "stderr_tail": run["stderr_tail"],
-            "profiles": {name: {k: v for k, v in p.items() if k != "top"} | {"top": p["top"][:12]}
-                         for name, p in by_model.items()},
-            "critic_over_policy_self_time": value[keys] / policy[keys] if policy and value and policy[keys] else None,
-            "passed": run["passed"] and policy is not None and value is not None}
+    return {
+        "exit_code": run["exit_code"],
+        "stderr_tail": run["stderr_tail"],
+        "profiles": {
+            name: {k: v for k, v in p.items() if k != "top"} | {"top": p["top"][:12]} for name, p in by_model.items()
+        },
+        "critic_over_policy_self_time": value[keys] / policy[keys] if policy and value and policy[keys] else None,
+        "passed": run["passed"] and policy is not None and value is not None,
+    }
 
 
 def main() -> int:
@@ -443,10 +606,14 @@ def main() -> int:
     parser.add_argument("--override", action="append", default=[], help="extra `dtppo ppo` key=value for the step")
     parser.add_argument("--decode-prompts", type=int, default=None, help="decode bench rows (CUDA 256, CPU 4)")
     parser.add_argument("--decode-tokens", type=int, default=None, help="decode bench new tokens (CUDA 512, CPU 8)")
-    parser.add_argument("--decode-full-on-cpu", action="store_true",
-                        help="CPU fallback: also the compiled decode variants (minutes of compilation)")
-    parser.add_argument("--out", default=None,
-                        help="JSON path (CUDA: bench/results/gpu.json; CPU fallback: runs/gpu-check-cpu.json)")
+    parser.add_argument(
+        "--decode-full-on-cpu",
+        action="store_true",
+        help="CPU fallback: also the compiled decode variants (minutes of compilation)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="JSON path (CUDA: bench/results/gpu.json; CPU fallback: runs/gpu-check-cpu.json)"
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda") if cuda else torch.device("cpu")
@@ -467,9 +634,11 @@ def main() -> int:
     result = {
         "mode": "cuda" if cuda else "cpu-fallback",
         "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "command": os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py " + " ".join(sys.argv[1:])),
-        "numerics": checks, "numerics_passed": all(c["passed"] for c in checks),
+        "numerics": checks,
+        "numerics_passed": all(c["passed"] for c in checks),
         "step": trainer_steps(cuda, args),
         "step_vllm": vllm_steps(cuda, args),
         "checkpoint_resume": checkpoint_resume(cuda),
@@ -483,10 +652,16 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=2))
     _print(result)
     print(f"wrote {out}")
-    checks = (result["numerics_passed"], result["step"]["passed"], result["step_vllm"].get("passed", True),
-              result["checkpoint_resume"]["passed"], result["memory_features"].get("passed", True),
-              result["features_smoke"].get("passed", True), result["update_profile"]["passed"],
-              result["throughput_table"]["passed"])
+    checks = (
+        result["numerics_passed"],
+        result["step"]["passed"],
+        result["step_vllm"].get("passed", True),
+        result["checkpoint_resume"]["passed"],
+        result["memory_features"].get("passed", True),
+        result["features_smoke"].get("passed", True),
+        result["update_profile"]["passed"],
+        result["throughput_table"]["passed"],
+    )
     return 0 if all(checks) else 1
 
 
@@ -496,34 +671,45 @@ def _print(result: dict) -> None:
     for c in result["numerics"]:
         loss = max(c["policy_loss_diff"], c["critic_loss_diff"])
         grad = max(c["policy_grad_norm_rel_diff"], c["critic_grad_norm_rel_diff"])
-        print(f"{c['check']:<64}{c['logprob_max_abs_diff']:>9.1e}{c['logprob_mean_abs_diff']:>9.1e}"
-              f"{c['value_max_abs_diff']:>9.1e}{loss:>10.1e}{grad:>9.1e}  {'yes' if c['passed'] else 'NO'}")
+        print(
+            f"{c['check']:<64}{c['logprob_max_abs_diff']:>9.1e}{c['logprob_mean_abs_diff']:>9.1e}"
+            f"{c['value_max_abs_diff']:>9.1e}{loss:>10.1e}{grad:>9.1e}  {'yes' if c['passed'] else 'NO'}"
+        )
     s = result["step"]
-    head = (f"dtppo ppo, PPOTrainer.step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, "
-            f"{s['precision']}, {s['batch']} prompts x <={s['max_new_tokens']} new tokens)")
+    head = (
+        f"dtppo ppo, PPOTrainer.step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, "
+        f"{s['precision']}, {s['batch']} prompts x <={s['max_new_tokens']} new tokens)"
+    )
     if not s["passed"]:
         print(f"{head}: FAILED (exit {s['exit_code']})\n{s['stderr_tail']}")
     else:
         t = s["timing_s_median"]
-        print(f"{head}: {t['timing/step']:.3f} s/step, {s['tokens_per_s']:.0f} tok/s, generation "
-              f"{s['generated_tokens_per_s']:.0f} tok/s, ~{s['achieved_tflops']:.3g} TFLOP/s = "
-              f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
-              f"({s['peak_tflops']:.3g} TFLOP/s)")
+        print(
+            f"{head}: {t['timing/step']:.3f} s/step, {s['tokens_per_s']:.0f} tok/s, generation "
+            f"{s['generated_tokens_per_s']:.0f} tok/s, ~{s['achieved_tflops']:.3g} TFLOP/s = "
+            f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
+            f"({s['peak_tflops']:.3g} TFLOP/s)"
+        )
         print("timing/* medians (s): " + ", ".join(f"{k.removeprefix('timing/')} {v:.3f}" for k, v in t.items()))
     v = result["step_vllm"]
     if "skipped" in v:
         print(f"backend=vllm: skipped ({v['skipped']})")
     else:
         t = v.get("timing_s_median", {})
-        print(f"backend=vllm: exit {v['exit_code']}, {t.get('timing/step', float('nan')):.3f} s/step, generation "
-              f"{t.get('timing/generation', float('nan')):.3f} s, weight_refit {t.get('timing/weight_refit', float('nan')):.3f} s, "
-              f"token_mult_prob_error {v.get('last_step', {}).get('train/token_mult_prob_error')}  "
-              f"{'ok' if v['passed'] else 'FAILED'}")
+        print(
+            f"backend=vllm: exit {v['exit_code']}, {t.get('timing/step', float('nan')):.3f} s/step, generation "
+            f"{t.get('timing/generation', float('nan')):.3f} s, "
+            f"weight_refit {t.get('timing/weight_refit', float('nan')):.3f} s, "
+            f"token_mult_prob_error {v.get('last_step', {}).get('train/token_mult_prob_error')}  "
+            f"{'ok' if v['passed'] else 'FAILED'}"
+        )
         if v.get("stderr_tail"):
             print(v["stderr_tail"])
     c = result["checkpoint_resume"]
-    print(f"tiny recipe 2 steps + resume to 3: exit {c['exit_codes']}, steps {c['steps_logged']}, resumed "
-          f"{c['resumed']}, {sum(c['seconds']):.1f} s  {'ok' if c['passed'] else 'FAILED'}")
+    print(
+        f"tiny recipe 2 steps + resume to 3: exit {c['exit_codes']}, steps {c['steps_logged']}, resumed "
+        f"{c['resumed']}, {sum(c['seconds']):.1f} s  {'ok' if c['passed'] else 'FAILED'}"
+    )
     if c["stderr_tail"]:
         print(c["stderr_tail"])
     m = result["memory_features"]
@@ -531,17 +717,21 @@ def _print(result: dict) -> None:
         print(f"memory features: skipped ({m['skipped']})")
     else:
         for r in m["rows"]:
-            print(f"memory features: {r['role']:<7}{r['feature']:<26}device MiB: resident "
-                  f"{r['device_resident_MiB']:>7.0f}, held after forward {r['device_held_after_forward_MiB']:>7.0f}, "
-                  f"fwd+bwd peak +{r['device_fwd_bwd_peak_added_MiB']:.0f}, optimizer peak "
-                  f"+{r['device_optimizer_peak_added_MiB']:.0f}; {r['fwd_bwd_s']:.2f} + {r['optimizer_s']:.2f} s")
+            print(
+                f"memory features: {r['role']:<7}{r['feature']:<26}device MiB: resident "
+                f"{r['device_resident_MiB']:>7.0f}, held after forward {r['device_held_after_forward_MiB']:>7.0f}, "
+                f"fwd+bwd peak +{r['device_fwd_bwd_peak_added_MiB']:.0f}, optimizer peak "
+                f"+{r['device_optimizer_peak_added_MiB']:.0f}; {r['fwd_bwd_s']:.2f} + {r['optimizer_s']:.2f} s"
+            )
         print(f"memory features: offload lowers the resident, AC the held: {'ok' if m['passed'] else 'FAILED'}")
     f = result["features_smoke"]
     if "skipped" in f:
         print(f"tiny recipe with AC + CPU offload: skipped ({f['skipped']})")
     else:
-        print(f"tiny recipe 2 steps, AC + CPU offload on: exit {f['exit_code']}, {f['seconds']:.1f} s  "
-              f"{'ok' if f['passed'] else 'FAILED'}")
+        print(
+            f"tiny recipe 2 steps, AC + CPU offload on: exit {f['exit_code']}, {f['seconds']:.1f} s  "
+            f"{'ok' if f['passed'] else 'FAILED'}"
+        )
         if f["stderr_tail"]:
             print(f["stderr_tail"])
     _print_issue23(result["update_profile"], result["throughput_table"], result["decode"])
@@ -549,11 +739,15 @@ def _print(result: dict) -> None:
 
 def _print_issue23(prof: dict, table: dict, decode: dict) -> None:
     ratio = prof["critic_over_policy_self_time"]
-    print(f"update profile: exit {prof['exit_code']}, critic/policy self time "
-          f"{'n/a' if ratio is None else f'{ratio:.2f}'}  {'ok' if prof['passed'] else 'FAILED'}")
+    print(
+        f"update profile: exit {prof['exit_code']}, critic/policy self time "
+        f"{'n/a' if ratio is None else f'{ratio:.2f}'}  {'ok' if prof['passed'] else 'FAILED'}"
+    )
     for name, p in prof["profiles"].items():
-        print(f"  {name} update, top operators by {p['ranked_by']}: " + "; ".join(
-            f"{op['name']} {op[p['ranked_by']]:.1f} ms x{op['calls']}" for op in p["top"][:6]))
+        print(
+            f"  {name} update, top operators by {p['ranked_by']}: "
+            + "; ".join(f"{op['name']} {op[p['ranked_by']]:.1f} ms x{op['calls']}" for op in p["top"][:6])
+        )
     if prof["stderr_tail"]:
         print(prof["stderr_tail"])
     for r in table["rows"]:
@@ -562,19 +756,26 @@ def _print_issue23(prof: dict, table: dict, decode: dict) -> None:
             continue
         fractions = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["update_peak_fraction"].items())
         memory = r["max_memory_allocated_gib"]
-        print(f"throughput {r['shape']} (V = {r['vocab_size']}): {r['timing_s_median']['timing/step']:.2f} s/step, "
-              f"generation {r['generated_tokens_per_s']:.0f} tok/s, of peak: {fractions} "
-              f"(goal {r['update_peak_fraction_goal']}), max memory "
-              f"{'n/a' if memory is None else f'{memory:.1f} GiB'}; shares: "
-              + ", ".join(f"{k} {100 * v:.0f}%" for k, v in r["phase_share"].items() if v >= 0.01))
+        print(
+            f"throughput {r['shape']} (V = {r['vocab_size']}): {r['timing_s_median']['timing/step']:.2f} s/step, "
+            f"generation {r['generated_tokens_per_s']:.0f} tok/s, of peak: {fractions} "
+            f"(goal {r['update_peak_fraction_goal']}), max memory "
+            f"{'n/a' if memory is None else f'{memory:.1f} GiB'}; shares: "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in r["phase_share"].items() if v >= 0.01)
+        )
     for name, v in decode["variants"].items():
-        print(f"decode {decode['prompts']} x {decode['new_tokens']}: {name:<40}{v['tokens_per_s']:>10.0f} tok/s "
-              f"(first call {v['first_call_s']:.1f} s)")
+        print(
+            f"decode {decode['prompts']} x {decode['new_tokens']}: {name:<40}{v['tokens_per_s']:>10.0f} tok/s "
+            f"(first call {v['first_call_s']:.1f} s)"
+        )
     if "goals" in decode:
         g = decode["goals"]
-        print(f"decode: graph/eager {g['graph_over_eager']:.2f}x (goal >= {g['graph_over_eager_goal']:.0f}x), "
-              f"graph/transformers {g['graph_over_transformers']:.2f}x (goal >= {g['graph_over_transformers_goal']}x); "
-              f"identical rows {decode['graph_vs_eager']['identical_rows']:.2f}")
+        print(
+            f"decode: graph/eager {g['graph_over_eager']:.2f}x (goal >= {g['graph_over_eager_goal']:.0f}x), "
+            f"graph/transformers {g['graph_over_transformers']:.2f}x (goal >= {g['graph_over_transformers_goal']}x); "
+            f"identical rows {decode['graph_vs_eager']['identical_rows']:.2f}"
+        )
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,9 +54,19 @@ def _hf_generate(model, ids: torch.Tensor, new_tokens: int):
     model.generation_config.cache_implementation = "static"
 
     def run():
-        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0,
-                              top_p=1.0, temperature=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                              eos_token_id=None, pad_token_id=0)[:, ids.shape[1]:]
+        return model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            top_k=0,
+            top_p=1.0,
+            temperature=1.0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[:, ids.shape[1] :]
+
     return run
 
 
@@ -64,7 +74,9 @@ def decode_speed(cuda: bool, prompts: int, new_tokens: int, full_on_cpu: bool = 
     """Tokens/s of each variant, the graph's agreement with eager decoding, and the goals' verdicts."""
     model = _model(cuda)
     device = next(model.parameters()).device
-    ids = torch.randint(3, model.config.vocab_size, (prompts, PROMPT_TOKENS), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        3, model.config.vocab_size, (prompts, PROMPT_TOKENS), generator=torch.Generator().manual_seed(1)
+    )
     token_lists = ids.tolist()
     params, sample_ids = SamplingParams(new_tokens), torch.arange(prompts)
 
@@ -74,16 +86,24 @@ def decode_speed(cuda: bool, prompts: int, new_tokens: int, full_on_cpu: bool = 
 
     variants = {"dtppo eager": dtppo(False)}
     if cuda or full_on_cpu:
-        variants |= {"dtppo decode_graph": dtppo(True),
-                     "transformers.generate (static cache)": _hf_generate(model, ids.to(device), new_tokens)}
+        variants |= {
+            "dtppo decode_graph": dtppo(True),
+            "transformers.generate (static cache)": _hf_generate(model, ids.to(device), new_tokens),
+        }
     rows, outputs = {}, {}
     for name, run in variants.items():
         with torch.no_grad():
             out, first, second = _timed(run)
         outputs[name] = out
         rows[name] = {"first_call_s": first, "seconds": second, "tokens_per_s": prompts * new_tokens / second}
-    result = {"model": QWEN_05B if cuda else SMOKE, "dtype": "bfloat16" if cuda else "float32",
-              "prompts": prompts, "prompt_tokens": PROMPT_TOKENS, "new_tokens": new_tokens, "variants": rows}
+    result = {
+        "model": QWEN_05B if cuda else SMOKE,
+        "dtype": "bfloat16" if cuda else "float32",
+        "prompts": prompts,
+        "prompt_tokens": PROMPT_TOKENS,
+        "new_tokens": new_tokens,
+        "variants": rows,
+    }
     if "dtppo decode_graph" in outputs:
         eager, graph = outputs["dtppo eager"], outputs["dtppo decode_graph"]
         same = (eager.input_ids == graph.input_ids).all(-1)
@@ -91,12 +111,17 @@ def decode_speed(cuda: bool, prompts: int, new_tokens: int, full_on_cpu: bool = 
             "identical_rows": float(same.float().mean()),
             # Where the rows agree, the log-probs should too (bf16 kernels fused differently: a few 1e-2 at most).
             "max_abs_logprob_diff_on_identical_rows": float(
-                ((graph.gen_logprobs - eager.gen_logprobs).abs() * eager.response_mask)[same].max()) if same.any()
+                ((graph.gen_logprobs - eager.gen_logprobs).abs() * eager.response_mask)[same].max()
+            )
+            if same.any()
             else None,
         }
         speedup = rows["dtppo decode_graph"]["tokens_per_s"] / rows["dtppo eager"]["tokens_per_s"]
         hf = rows["transformers.generate (static cache)"]["tokens_per_s"]
-        result["goals"] = {"graph_over_eager": speedup, "graph_over_eager_goal": 6.0,
-                           "graph_over_transformers": rows["dtppo decode_graph"]["tokens_per_s"] / hf,
-                           "graph_over_transformers_goal": 0.5}
+        result["goals"] = {
+            "graph_over_eager": speedup,
+            "graph_over_eager_goal": 6.0,
+            "graph_over_transformers": rows["dtppo decode_graph"]["tokens_per_s"] / hf,
+            "graph_over_transformers_goal": 0.5,
+        }
     return result

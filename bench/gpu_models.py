@@ -22,10 +22,20 @@ QWEN25_VOCAB = QWEN_05B["vocab_size"]
 # LM head.
 SHAPES = {
     "0.5b": {k: v for k, v in QWEN_05B.items() if k not in ("vocab_size", "tie_word_embeddings")},
-    "1.5b": {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
-             "intermediate_size": 8960},
-    "smoke": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "intermediate_size": 128},
+    "1.5b": {
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+    },
+    "smoke": {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+    },
 }
 
 
@@ -47,14 +57,24 @@ def write_model_dir(path: Path, shape: str, vocab_size: int, device: torch.devic
     Returns the shape as ``bench/workload.py`` names its fields."""
     tok = padded_char_tokenizer(vocab_size)
     dims = SHAPES[shape]
-    config = Qwen2Config(**dims, vocab_size=vocab_size, tie_word_embeddings=True, max_position_embeddings=4096,
-                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    config = Qwen2Config(
+        **dims,
+        vocab_size=vocab_size,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     del model
-    return {"hidden_size": dims["hidden_size"], "num_layers": dims["num_hidden_layers"],
-            "num_heads": dims["num_attention_heads"], "num_kv_heads": dims["num_key_value_heads"],
-            "intermediate_size": dims["intermediate_size"]}
+    return {
+        "hidden_size": dims["hidden_size"],
+        "num_layers": dims["num_hidden_layers"],
+        "num_heads": dims["num_attention_heads"],
+        "num_kv_heads": dims["num_key_value_heads"],
+        "intermediate_size": dims["intermediate_size"],
+    }

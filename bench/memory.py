@@ -48,16 +48,27 @@ def ppo_step(tmp: str, ranks: int) -> list[str]:
     """One PPO step of the demo recipe from a fresh (not SFT-initialised) tiny model, validation included;
     with 2 ranks each trains half of the recipe's 32-sample minibatch in one microbatch."""
     micro = [f"{w}.train_micro_batch_size={32 // ranks}" for w in ("policy", "value")]
-    return [*DTPPO, "ppo", "recipes/tiny-math-cpu.yaml", "ppo.max_num_steps=1", "ppo.init_from_sft=false",
-            f"cluster.workers_per_node={ranks}", *micro, f"logger.log_dir={tmp}/log", "logger.progress=false",
-            f"checkpointing.checkpoint_dir={tmp}/ckpt"]
+    return [
+        *DTPPO,
+        "ppo",
+        "recipes/tiny-math-cpu.yaml",
+        "ppo.max_num_steps=1",
+        "ppo.init_from_sft=false",
+        f"cluster.workers_per_node={ranks}",
+        *micro,
+        f"logger.log_dir={tmp}/log",
+        "logger.progress=false",
+        f"checkpointing.checkpoint_dir={tmp}/ckpt",
+    ]
 
 
 def peak_rss_mib(cmd: list[str]) -> tuple[float, float]:
     """Run ``cmd`` in a child with a fresh rusage account; returns (peak RSS MiB, wall s)."""
-    probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, time.perf_counter() - t)")
+    probe = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, time.perf_counter() - t)"
+    )
     out = subprocess.run([sys.executable, "-c", probe, *cmd], cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
@@ -65,8 +76,15 @@ def peak_rss_mib(cmd: list[str]) -> tuple[float, float]:
     return float(rss), float(wall)
 
 
-QWEN_05B = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-            "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True}
+QWEN_05B = {
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "intermediate_size": 4864,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
 VARIANTS = ("body", "floor", "full", "chunked", "critic")
 CHUNK = 128  # policy.logprob_chunk_size's default
 
@@ -108,8 +126,10 @@ def vocab_pass(variant: str, phase: str, layers: int) -> float:
         if variant in ("body", "floor"):  # the forward with no logits (as token_logprobs runs it)
             caught = []
             head = model.get_output_embeddings()
-            hooks = [model.base_model.register_forward_hook(lambda m, a, out: caught.append(out.last_hidden_state)),
-                     head.register_forward_hook(lambda m, a, out: caught.append(m.weight))]
+            hooks = [
+                model.base_model.register_forward_hook(lambda m, a, out: caught.append(out.last_hidden_state)),
+                head.register_forward_hook(lambda m, a, out: caught.append(m.weight)),
+            ]
             model(input_ids=ids, attention_mask=attention, logits_to_keep=torch.zeros(0, dtype=torch.long))
             for hook in hooks:
                 hook.remove()
@@ -159,9 +179,11 @@ def in_child(rank_fn: str, args: tuple, ranks: int) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         out = f"{tmp}/result"
         call = ", ".join(repr(a) for a in (*args, out))
-        code = ("import sys; sys.path.insert(0, 'bench'); import memory; "
-                "from dtppo.distributed.launch import run_ranks; "
-                f"run_ranks(memory.{rank_fn}, {ranks}, {call})")
+        code = (
+            "import sys; sys.path.insert(0, 'bench'); import memory; "
+            "from dtppo.distributed.launch import run_ranks; "
+            f"run_ranks(memory.{rank_fn}, {ranks}, {call})"
+        )
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // ranks)))
         proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
@@ -182,22 +204,37 @@ def main_vocab(layers: int) -> None:
             added = {v: vocab_child(v, phase, layers, ranks) for v in VARIANTS}
             floor = added["floor"]  # = body when no gradient is computed
             full_extra, chunked_extra = added["full"] - floor, added["chunked"] - floor
-            rows.append({"ranks": ranks, "phase": phase, **{f"{v}_added_MiB": added[v] for v in VARIANTS},
-                         "full_vocab_extra_MiB": full_extra, "chunked_vocab_extra_MiB": chunked_extra,
-                         "chunked_over_full": chunked_extra / full_extra if full_extra > 0 else None,
-                         "command": command})
+            rows.append(
+                {
+                    "ranks": ranks,
+                    "phase": phase,
+                    **{f"{v}_added_MiB": added[v] for v in VARIANTS},
+                    "full_vocab_extra_MiB": full_extra,
+                    "chunked_vocab_extra_MiB": chunked_extra,
+                    "chunked_over_full": chunked_extra / full_extra if full_extra > 0 else None,
+                    "command": command,
+                }
+            )
             print(f"dp={ranks} {phase}: " + ", ".join(f"{v} +{added[v]:.0f} MiB" for v in VARIANTS), flush=True)
-    print(f"\n{'dp':>3} {'phase':<10}{'body':>8}{'floor':>8}{'full':>8}{'chunked':>9}{'critic':>8}"
-          f"{'extra: full':>13}{'chunked':>9}{'ratio':>7}   (MiB added to the peak, per rank)")
+    print(
+        f"\n{'dp':>3} {'phase':<10}{'body':>8}{'floor':>8}{'full':>8}{'chunked':>9}{'critic':>8}"
+        f"{'extra: full':>13}{'chunked':>9}{'ratio':>7}   (MiB added to the peak, per rank)"
+    )
     for r in rows:
         ratio = "n/a" if r["chunked_over_full"] is None else f"{r['chunked_over_full']:.3f}"
-        print(f"{r['ranks']:>3} {r['phase']:<10}{r['body_added_MiB']:>8.0f}{r['floor_added_MiB']:>8.0f}"
-              f"{r['full_added_MiB']:>8.0f}{r['chunked_added_MiB']:>9.0f}{r['critic_added_MiB']:>8.0f}"
-              f"{r['full_vocab_extra_MiB']:>13.0f}{r['chunked_vocab_extra_MiB']:>9.0f}{ratio:>7}")
+        print(
+            f"{r['ranks']:>3} {r['phase']:<10}{r['body_added_MiB']:>8.0f}{r['floor_added_MiB']:>8.0f}"
+            f"{r['full_added_MiB']:>8.0f}{r['chunked_added_MiB']:>9.0f}{r['critic_added_MiB']:>8.0f}"
+            f"{r['full_vocab_extra_MiB']:>13.0f}{r['chunked_vocab_extra_MiB']:>9.0f}{ratio:>7}"
+        )
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
-    meta = {"measured_at": time.strftime("%Y-%m-%d %H:%M"), "shape": QWEN_05B | {"num_hidden_layers": layers},
-            "batch": "4 rows x 512 tokens (256 prompt + 256 response), fp32, CPU", "chunk_size": CHUNK}
+    meta = {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+        "shape": QWEN_05B | {"num_hidden_layers": layers},
+        "batch": "4 rows x 512 tokens (256 prompt + 256 response), fp32, CPU",
+        "chunk_size": CHUNK,
+    }
     (out / "memory_vocab.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
@@ -226,24 +263,41 @@ def features_step(role: str, feature: str, layers: int) -> dict:
     config._attn_implementation = "sdpa"
     model = Qwen2ForCausalLM(config) if role == "policy" else ValueModel(Qwen2Model(config))
     layout = RankLayout(ParallelConfig(), range(world_size()))
-    model = layout.wrap(model, activation_checkpointing=feature == "activation_checkpointing",
-                        cpu_offload=feature == "cpu_offload")
-    engine = TrainEngine(model, OptimizerConfig(), SchedulerConfig(), 1.0, layout.device, layout.dp_rank,
-                         layout.dp_size, layout.dp_group, model_group=layout.model_group)
+    model = layout.wrap(
+        model, activation_checkpointing=feature == "activation_checkpointing", cpu_offload=feature == "cpu_offload"
+    )
+    engine = TrainEngine(
+        model,
+        OptimizerConfig(),
+        SchedulerConfig(),
+        1.0,
+        layout.device,
+        layout.dp_rank,
+        layout.dp_size,
+        layout.dp_group,
+        model_group=layout.model_group,
+    )
 
     def batch(rows: int, prompt: int, response: int) -> Experience:
         ids = torch.randint(0, config.vocab_size, (rows, prompt + response))
         mask = torch.zeros(ids.shape)
         mask[:, prompt:] = 1.0
         targets = torch.randn(ids.shape) * mask
-        return Experience(input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=mask,
-                          gen_logprobs=torch.zeros(ids.shape), truncated=torch.zeros(rows, dtype=torch.bool),
-                          advantages=targets, returns=targets)
+        return Experience(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            response_mask=mask,
+            gen_logprobs=torch.zeros(ids.shape),
+            truncated=torch.zeros(rows, dtype=torch.bool),
+            advantages=targets,
+            returns=targets,
+        )
 
     def loss(micro: Experience):
         if role == "policy":
-            logprobs = token_logprobs(model, micro.input_ids, micro.attention_mask, micro.response_mask.bool(), 1.0,
-                                      CHUNK)
+            logprobs = token_logprobs(
+                model, micro.input_ids, micro.attention_mask, micro.response_mask.bool(), 1.0, CHUNK
+            )
             return -masked_sum(logprobs * micro.advantages, micro.response_mask), {}
         values = model.values(micro.input_ids, micro.attention_mask)
         return masked_sum((values - micro.returns) ** 2, micro.response_mask), {}
@@ -290,8 +344,11 @@ class _Probe:
         if self.cuda:
             self.torch.cuda.synchronize()
         device = self.torch.cuda.max_memory_allocated() / 2**20 - self.device_start if self.cuda else None
-        out = {f"{name}_peak_added_MiB": (_status_kib("VmHWM") - self.rss_start) / 1024, f"{name}_s":
-               time.perf_counter() - self.t, f"device_{name}_peak_added_MiB": device}
+        out = {
+            f"{name}_peak_added_MiB": (_status_kib("VmHWM") - self.rss_start) / 1024,
+            f"{name}_s": time.perf_counter() - self.t,
+            f"device_{name}_peak_added_MiB": device,
+        }
         self._begin()
         return out
 
@@ -312,25 +369,35 @@ def features_rows(layers: int, ranks: tuple[int, ...], command: str) -> list[dic
                 per_rank = in_child("_features_rank", (role, feature, layers), world)
                 worst = {k: None if per_rank[0][k] is None else max(r[k] for r in per_rank) for k in per_rank[0]}
                 rows.append({"ranks": world, "role": role, "feature": feature, **worst, "command": command})
-                print(f"dp={world} {role} {feature}: " + ", ".join(f"{k} {v:.1f}" for k, v in worst.items()
-                                                                     if v is not None), flush=True)
+                print(
+                    f"dp={world} {role} {feature}: "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in worst.items() if v is not None),
+                    flush=True,
+                )
     return rows
 
 
 def main_features(layers: int, out: Path) -> None:
     command = f"python bench/memory.py features --layers {layers}"
     rows = features_rows(layers, (1, 2), command)
-    print(f"\n{'dp':>3} {'role':<7}{'feature':<26}{'resident':>9}{'held':>7}{'fwd+bwd':>9}{'optim':>7}"
-          f"{'fwd+bwd s':>11}{'optim s':>9}   (per rank; MiB: resident before the step, held after the forward,"
-          " each phase's peak over its start)")
+    print(
+        f"\n{'dp':>3} {'role':<7}{'feature':<26}{'resident':>9}{'held':>7}{'fwd+bwd':>9}{'optim':>7}"
+        f"{'fwd+bwd s':>11}{'optim s':>9}   (per rank; MiB: resident before the step, held after the forward,"
+        " each phase's peak over its start)"
+    )
     for r in rows:
-        print(f"{r['ranks']:>3} {r['role']:<7}{r['feature']:<26}{r['resident_MiB']:>9.0f}"
-              f"{r['held_after_forward_MiB']:>7.0f}{r['fwd_bwd_peak_added_MiB']:>9.0f}"
-              f"{r['optimizer_peak_added_MiB']:>7.0f}{r['fwd_bwd_s']:>11.1f}{r['optimizer_s']:>9.1f}")
-    meta = {"measured_at": time.strftime("%Y-%m-%d %H:%M"), "shape": QWEN_05B | {"num_hidden_layers": layers},
-            "batch": "one micro-batch of 4 rows x 512 tokens (256 prompt + 256 response), split over the dp ranks",
-            "precision": "fp32, CPU" if not _cuda() else "bf16 params, fp32 reduce (FSDP2), CUDA",
-            "chunk_size": CHUNK}
+        print(
+            f"{r['ranks']:>3} {r['role']:<7}{r['feature']:<26}{r['resident_MiB']:>9.0f}"
+            f"{r['held_after_forward_MiB']:>7.0f}{r['fwd_bwd_peak_added_MiB']:>9.0f}"
+            f"{r['optimizer_peak_added_MiB']:>7.0f}{r['fwd_bwd_s']:>11.1f}{r['optimizer_s']:>9.1f}"
+        )
+    meta = {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+        "shape": QWEN_05B | {"num_hidden_layers": layers},
+        "batch": "one micro-batch of 4 rows x 512 tokens (256 prompt + 256 response), split over the dp ranks",
+        "precision": "fp32, CPU" if not _cuda() else "bf16 params, fp32 reduce (FSDP2), CUDA",
+        "chunk_size": CHUNK,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
@@ -345,8 +412,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("what", nargs="?", choices=["ppo", "vocab", "features"], default="ppo")
     parser.add_argument("--layers", type=int, default=QWEN_05B["num_hidden_layers"])
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "memory_features.json"),
-                        help="features: the JSON path")
+    parser.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parent / "results" / "memory_features.json"),
+        help="features: the JSON path",
+    )
     args = parser.parse_args()
     if args.what == "vocab":
         main_vocab(args.layers)
@@ -367,15 +437,17 @@ def main_ppo() -> None:
         for name, cmd in cases:
             rss, wall = peak_rss_mib(cmd)
             shown = " ".join(cmd).replace(sys.executable, "python").replace(tmp, "$TMP")
-            rows.append({"case": name, "peak_rss_MiB": rss, "wall_s": wall, "run": shown,
-                         "command": "python bench/memory.py"})
+            rows.append(
+                {"case": name, "peak_rss_MiB": rss, "wall_s": wall, "run": shown, "command": "python bench/memory.py"}
+            )
     print(f"{'case':<48}{'peak RSS MiB':>14}{'wall s':>9}")
     for r in rows:
         print(f"{r['case']:<48}{r['peak_rss_MiB']:>14.0f}{r['wall_s']:>9.1f}")
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "memory.json").write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%d %H:%M"), "rows": rows},
-                                                indent=2))
+    (out / "memory.json").write_text(
+        json.dumps({"measured_at": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=2)
+    )
 
 
 if __name__ == "__main__":

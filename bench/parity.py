@@ -34,21 +34,34 @@ def main() -> None:
     for name, world, overrides in CASES:
         got = run(worker_round, world, overrides)
         policy_checked = "value.parallel.tp=2" not in overrides  # the TP cases shard only the critic
-        rows.append({
-            "case": name,
-            "values": _diff(ref["values"], got["values"]),
-            "value_loss": _diff(ref["value_metrics"]["loss"], got["value_metrics"]["loss"]),
-            "critic_grad_norm": _diff(ref["value_metrics"]["grad_norm"], got["value_metrics"]["grad_norm"]),
-            "critic_weights": _diff(ref["value_weights"], got["value_weights"]),
-            "logprobs": _diff(ref["logprobs"], got["logprobs"]) if policy_checked else None,
-            "policy_loss": _diff(ref["policy_metrics"]["loss"], got["policy_metrics"]["loss"]) if policy_checked else None,
-            "policy_grad_norm": _diff(ref["policy_metrics"]["grad_norm"], got["policy_metrics"]["grad_norm"])
-            if policy_checked else None,
-            "policy_weights": _diff(ref["policy_weights"], got["policy_weights"]) if policy_checked else None,
-            "command": "python bench/parity.py",
-        })
-    cols = ["values", "value_loss", "critic_grad_norm", "critic_weights", "logprobs", "policy_loss",
-            "policy_grad_norm", "policy_weights"]
+        rows.append(
+            {
+                "case": name,
+                "values": _diff(ref["values"], got["values"]),
+                "value_loss": _diff(ref["value_metrics"]["loss"], got["value_metrics"]["loss"]),
+                "critic_grad_norm": _diff(ref["value_metrics"]["grad_norm"], got["value_metrics"]["grad_norm"]),
+                "critic_weights": _diff(ref["value_weights"], got["value_weights"]),
+                "logprobs": _diff(ref["logprobs"], got["logprobs"]) if policy_checked else None,
+                "policy_loss": _diff(ref["policy_metrics"]["loss"], got["policy_metrics"]["loss"])
+                if policy_checked
+                else None,
+                "policy_grad_norm": _diff(ref["policy_metrics"]["grad_norm"], got["policy_metrics"]["grad_norm"])
+                if policy_checked
+                else None,
+                "policy_weights": _diff(ref["policy_weights"], got["policy_weights"]) if policy_checked else None,
+                "command": "python bench/parity.py",
+            }
+        )
+    cols = [
+        "values",
+        "value_loss",
+        "critic_grad_norm",
+        "critic_weights",
+        "logprobs",
+        "policy_loss",
+        "policy_grad_norm",
+        "policy_weights",
+    ]
     print(f"{'case':<28}" + "".join(f"{c:>17}" for c in cols))
     for r in rows:
         print(f"{r['case']:<28}" + "".join(f"{'-' if r[c] is None else format(r[c], '.2e'):>17}" for c in cols))

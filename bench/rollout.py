@@ -55,10 +55,17 @@ def build_variants(model, prompts, pad_id: int, new_tokens: int, compile: bool) 
 
     def hf(cache: str | None):
         # top_k=0: HF's default top-k of 50 would sample from a truncated distribution; eos None: fixed length.
-        config = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                                  eos_token_id=None, pad_token_id=pad_id,
-                                  cache_implementation=cache)
-        return lambda: model.generate(input_ids=ids, attention_mask=attn, generation_config=config)[:, ids.shape[1]:]
+        config = GenerationConfig(
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=new_tokens,
+            eos_token_id=None,
+            pad_token_id=pad_id,
+            cache_implementation=cache,
+        )
+        return lambda: model.generate(input_ids=ids, attention_mask=attn, generation_config=config)[:, ids.shape[1] :]
 
     def dtppo(compiled: bool):
         params = SamplingParams(new_tokens)
@@ -67,11 +74,14 @@ def build_variants(model, prompts, pad_id: int, new_tokens: int, compile: bool) 
         def run():
             exp = generator.sample(prompts, params, 1, sample_ids)
             return exp.input_ids[exp.response_mask.bool()].view(len(prompts), new_tokens)
+
         return run
 
-    variants = {"transformers generate (dynamic cache)": hf(None),
-                "transformers generate (static cache)": hf("static"),
-                "dtppo sampler (eager)": dtppo(False)}
+    variants = {
+        "transformers generate (dynamic cache)": hf(None),
+        "transformers generate (static cache)": hf("static"),
+        "dtppo sampler (eager)": dtppo(False),
+    }
     if compile:
         variants["dtppo sampler (torch.compile)"] = dtppo(True)
     return variants
@@ -105,8 +115,9 @@ def main() -> None:
     command = "python bench/rollout.py " + " ".join(sys.argv[1:])
     cfg = config_lib.load(RECIPE, ["ppo.init_from_sft=false"])
     tok = build_char_tokenizer()
-    model = build_causal_lm(None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id,
-                            cfg.ppo.seed).eval()
+    model = build_causal_lm(
+        None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id, cfg.ppo.seed
+    ).eval()
     problems = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed).next_batch(args.batch)
     prompts = encode_prompts(tok, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     variants = build_variants(model, prompts, tok.pad_token_id, args.new_tokens, not args.no_compile)
@@ -130,10 +141,17 @@ def main() -> None:
     _print(rows, prefill)
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(exist_ok=True)
-    meta = {"args": vars(args), "load_average_before": load_before, "load_average_after": os.getloadavg(),
-            "shared_machine": True, "torch": torch.__version__, "transformers": transformers.__version__,
-            "mean_prompt_tokens": statistics.mean(len(p) for p in prompts),
-            "max_prompt_tokens": max(len(p) for p in prompts), "prefill_s_median": prefill}
+    meta = {
+        "args": vars(args),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "shared_machine": True,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "mean_prompt_tokens": statistics.mean(len(p) for p in prompts),
+        "max_prompt_tokens": max(len(p) for p in prompts),
+        "prefill_s_median": prefill,
+    }
     (out_dir / "rollout.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
@@ -146,14 +164,25 @@ def _rows(args, command: str, times: dict, cpu_times: dict, first_call: dict, pr
     for name, seconds in times.items():
         median, cpu = statistics.median(seconds), statistics.median(cpu_times[name])
         side = "dtppo" if name.startswith("dtppo") else "transformers"
-        row = {"variant": name, "seconds_median": median, "cpu_seconds_median": cpu, "seconds_all": seconds,
-               "tokens_per_s": tokens / median,
-               # Decode alone: the rollout minus its prompt forward (measured separately, same model and batch).
-               "decode_tokens_per_s": tokens / max(median - prefill[side], 1e-9), "command": command}
+        row = {
+            "variant": name,
+            "seconds_median": median,
+            "cpu_seconds_median": cpu,
+            "seconds_all": seconds,
+            "tokens_per_s": tokens / median,
+            # Decode alone: the rollout minus its prompt forward (measured separately, same model and batch).
+            "decode_tokens_per_s": tokens / max(median - prefill[side], 1e-9),
+            "command": command,
+        }
         if side == "dtppo":
-            row |= {"peer": best_peer, "speedup": peer_s / median, "cpu_time_speedup": peer_cpu / cpu,
-                    "decode_speedup": (peer_s - prefill["transformers"]) / max(median - prefill["dtppo"], 1e-9),
-                    "goal": GOAL, "meets_goal": peer_s / median >= GOAL}
+            row |= {
+                "peer": best_peer,
+                "speedup": peer_s / median,
+                "cpu_time_speedup": peer_cpu / cpu,
+                "decode_speedup": (peer_s - prefill["transformers"]) / max(median - prefill["dtppo"], 1e-9),
+                "goal": GOAL,
+                "meets_goal": peer_s / median >= GOAL,
+            }
         if "compile" in name:
             # The first call minus a steady-state call: what compiling cost, once per process and shape.
             row["compile_s"] = first_call[name] - median
@@ -162,15 +191,19 @@ def _rows(args, command: str, times: dict, cpu_times: dict, first_call: dict, pr
 
 
 def _print(rows: list[dict], prefill: dict) -> None:
-    print(f"{'variant':<40}{'s':>7}{'tok/s':>7}{'decode tok/s':>13}{'speedup':>8}{'cpu-time':>9}{'goal':>6}"
-          f"{'compile s':>10}")
+    print(
+        f"{'variant':<40}{'s':>7}{'tok/s':>7}{'decode tok/s':>13}{'speedup':>8}{'cpu-time':>9}{'goal':>6}"
+        f"{'compile s':>10}"
+    )
     for r in rows:
         speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "-"
         cpu_speedup = f"{r['cpu_time_speedup']:.2f}x" if "cpu_time_speedup" in r else "-"
         goal = f">={r['goal']:.0f}x" if "goal" in r else ""
         compile_s = f"{r['compile_s']:.1f}" if "compile_s" in r else ""
-        print(f"{r['variant']:<40}{r['seconds_median']:>7.3f}{r['tokens_per_s']:>7.0f}{r['decode_tokens_per_s']:>13.0f}"
-              f"{speedup:>8}{cpu_speedup:>9}{goal:>6}{compile_s:>10}")
+        print(
+            f"{r['variant']:<40}{r['seconds_median']:>7.3f}{r['tokens_per_s']:>7.0f}{r['decode_tokens_per_s']:>13.0f}"
+            f"{speedup:>8}{cpu_speedup:>9}{goal:>6}{compile_s:>10}"
+        )
     print(f"prompt forward alone: transformers {prefill['transformers']:.3f} s, dtppo {prefill['dtppo']:.3f} s")
     print("(shared 2-core machine: other processes ran alongside; see load_average_* in the JSON)")
 

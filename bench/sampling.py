@@ -57,9 +57,15 @@ def main() -> None:
         rows = _rows(step_times(layers, args.rows, args.steps), command, layers)
         _print(rows, args, layers)
         rows_out += rows
-    meta = {"args": vars(args), "vocab_size": QWEN_05B["vocab_size"], "load_average_before": load_before,
-            "load_average_after": os.getloadavg(), "torch": torch.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "shared_machine": True}
+    meta = {
+        "args": vars(args),
+        "vocab_size": QWEN_05B["vocab_size"],
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "shared_machine": True,
+    }
     out = Path(args.out)
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=2))
@@ -75,15 +81,19 @@ def step_times(layers: int, num_rows: int, steps: int) -> dict[str, list[float]]
     decoder = StaticKVDecoder(model, num_rows, PROMPT_TOKENS + steps + 1)
     rotations = decoder.rotations((PROMPT_TOKENS + torch.arange(steps + 1))[None].expand(num_rows, -1))
     params, greedy = SamplingParams(steps), SamplingParams(steps, greedy=True)
-    times = {name: [] for name in ("decode forward", "pick: greedy", "pick: dtppo (inverse CDF)",
-                                   "pick: Gumbel-max (before)")}
+    times = {
+        name: []
+        for name in ("decode forward", "pick: greedy", "pick: dtppo (inverse CDF)", "pick: Gumbel-max (before)")
+    }
     with torch.no_grad():
         logits = decoder.prefill(ids, torch.ones_like(ids), torch.arange(PROMPT_TOKENS).expand(num_rows, -1))
         for t in range(steps):
             uniform = counter_uniform(7, rows, t, 1)[:, 0]
-            picks = {"pick: greedy": lambda: pick_tokens(logits, greedy, None),
-                     "pick: dtppo (inverse CDF)": lambda: pick_tokens(logits, params, uniform),
-                     "pick: Gumbel-max (before)": lambda: gumbel_max_pick(logits, 7, rows, t)}
+            picks = {
+                "pick: greedy": lambda: pick_tokens(logits, greedy, None),
+                "pick: dtppo (inverse CDF)": lambda: pick_tokens(logits, params, uniform),
+                "pick: Gumbel-max (before)": lambda: gumbel_max_pick(logits, 7, rows, t),
+            }
             for name, pick in picks.items():
                 start = time.perf_counter()
                 pick()
@@ -99,24 +109,38 @@ def _rows(times: dict[str, list[float]], command: str, layers: int) -> list[dict
     median = {name: statistics.median(seconds) for name, seconds in times.items()}
     rows = []
     for name, seconds in times.items():
-        row = {"layers": layers, "variant": name, "ms_median": 1e3 * median[name],
-               "ms_all": [1e3 * s for s in seconds], "command": command}
+        row = {
+            "layers": layers,
+            "variant": name,
+            "ms_median": 1e3 * median[name],
+            "ms_all": [1e3 * s for s in seconds],
+            "command": command,
+        }
         if name.startswith("pick:") and name != "pick: greedy":
             noise = median[name] - median["pick: greedy"]
-            row |= {"noise_ms": 1e3 * noise, "step_ms": 1e3 * (median["decode forward"] + median[name]),
-                    "noise_share_of_step": noise / (median["decode forward"] + median[name]), "goal": GOAL}
+            row |= {
+                "noise_ms": 1e3 * noise,
+                "step_ms": 1e3 * (median["decode forward"] + median[name]),
+                "noise_share_of_step": noise / (median["decode forward"] + median[name]),
+                "goal": GOAL,
+            }
             row["meets_goal"] = row["noise_share_of_step"] <= GOAL
         rows.append(row)
     return rows
 
 
 def _print(rows: list[dict], args, layers: int) -> None:
-    print(f"{args.rows} rows, Qwen2.5-0.5B shape with {layers} layers, V = 151,936, fp32, "
-          f"{args.threads} threads; medians over {args.steps} decode steps")
+    print(
+        f"{args.rows} rows, Qwen2.5-0.5B shape with {layers} layers, V = 151,936, fp32, "
+        f"{args.threads} threads; medians over {args.steps} decode steps"
+    )
     print(f"{'variant':<30}{'ms':>9}{'noise ms':>10}{'step ms':>9}{'noise share':>13}")
     for r in rows:
-        extra = (f"{r['noise_ms']:>10.1f}{r['step_ms']:>9.1f}{100 * r['noise_share_of_step']:>12.1f}%"
-                 if "noise_ms" in r else "")
+        extra = (
+            f"{r['noise_ms']:>10.1f}{r['step_ms']:>9.1f}{100 * r['noise_share_of_step']:>12.1f}%"
+            if "noise_ms" in r
+            else ""
+        )
         print(f"{r['variant']:<30}{r['ms_median']:>9.1f}{extra}")
 
 

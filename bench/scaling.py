@@ -31,20 +31,22 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import MODEL_20M, make_config, matmul_peak_gflops, rollout_batch, train_flops  # noqa: E402
-
 from dtppo.distributed.comm import all_gather_rows, all_reduce, barrier, rank, world_size  # noqa: E402
 from dtppo.distributed.launch import run_ranks  # noqa: E402
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
 from dtppo.types import balanced_rows, block_rows  # noqa: E402
 from dtppo.workers.policy import PolicyWorker  # noqa: E402
 from dtppo.workers.value import ValueWorker  # noqa: E402
+from workload import MODEL_20M, make_config, matmul_peak_gflops, rollout_batch, train_flops  # noqa: E402
 
 LAYOUTS = [  # (name, ranks, extra overrides)
     ("dp=1", 1, []),
     ("dp=2", 2, []),
-    ("dp=2 per-microbatch reshard", 2,
-     [f"{w}.parallel.unsharded_grad_accumulation=false" for w in ("policy", "value")]),
+    (
+        "dp=2 per-microbatch reshard",
+        2,
+        [f"{w}.parallel.unsharded_grad_accumulation=false" for w in ("policy", "value")],
+    ),
     ("dp=2 replicated (HSDP 2x1)", 2, [f"{w}.parallel.dp_replicate=2" for w in ("policy", "value")]),
 ]
 
@@ -80,9 +82,11 @@ def collective_seconds(numel: int, reps: int = 3) -> dict[str, float]:
     would use for ``numel`` fp32 values: one model's parameters or gradients."""
     world = world_size()
     full, shard = torch.ones(numel // world * world), torch.ones(numel // world)
-    ops = {"all_gather": lambda: dist.all_gather_single(full, shard),
-           "reduce_scatter": lambda: dist.reduce_scatter_single(shard, full),
-           "all_reduce": lambda: dist.all_reduce(full)}
+    ops = {
+        "all_gather": lambda: dist.all_gather_single(full, shard),
+        "reduce_scatter": lambda: dist.reduce_scatter_single(shard, full),
+        "all_reduce": lambda: dist.all_reduce(full),
+    }
     best = {}
     for name, op in ops.items():
         op()
@@ -99,8 +103,9 @@ def measure(args: argparse.Namespace, extra: list[str], out_path: str) -> None:
     """Runs on every rank: build, warm up, ``args.steps`` timed updates of each model, one profiled."""
     torch.set_num_threads(1)
     peak = matmul_peak_gflops()["wall"]
-    cfg = make_config(MODEL_20M, args.batch, args.micro, args.packing,
-                      [f"cluster.workers_per_node={world_size()}", *extra])
+    cfg = make_config(
+        MODEL_20M, args.batch, args.micro, args.packing, [f"cluster.workers_per_node={world_size()}", *extra]
+    )
     tok = build_char_tokenizer()
     workers = {"critic": ValueWorker(cfg, tok), "policy": PolicyWorker(cfg, tok)}
     exp = rollout_batch(len(tok), args.batch, args.seq)
@@ -123,8 +128,9 @@ def measure(args: argparse.Namespace, extra: list[str], out_path: str) -> None:
         "real_tokens": int(lengths.sum()),
         "tokens_per_rank": all_gather_rows(my_tokens).squeeze(-1).tolist(),
         # What contiguous row blocks (the split before token balancing) would have given each rank.
-        "tokens_per_rank_in_blocks": [float(lengths[block_rows(exp.batch_size, r, world_size())].sum())
-                                      for r in range(world_size())],
+        "tokens_per_rank_in_blocks": [
+            float(lengths[block_rows(exp.batch_size, r, world_size())].sum()) for r in range(world_size())
+        ],
         "breakdown_per_rank": {name: _gather_dict(b) for name, b in breakdown.items()},
         "peak_gflops_per_rank": all_gather_rows(torch.tensor([[peak]])).squeeze(-1).tolist(),
         "gloo_collective_s_one_model_fp32": collectives,
@@ -153,11 +159,17 @@ def summarise(layout: str, world: int, result: dict, command: str) -> dict:
     step_s = sum(median.values())
     flops = sum(result["flops"].values())
     peak = sum(result["peak_gflops_per_rank"])  # one thread per rank: the dp group's aggregate peak
-    comm = {name: [sum(b[k][r] for k in COMM_REGIONS) for r in range(world)]
-            for name, b in result["breakdown_per_rank"].items()}
+    comm = {
+        name: [sum(b[k][r] for k in COMM_REGIONS) for r in range(world)]
+        for name, b in result["breakdown_per_rank"].items()
+    }
     return {
-        "layout": layout, "ranks": world, "threads_per_rank": 1,
-        "step_s": step_s, "critic_s": median["critic"], "policy_s": median["policy"],
+        "layout": layout,
+        "ranks": world,
+        "threads_per_rank": 1,
+        "step_s": step_s,
+        "critic_s": median["critic"],
+        "policy_s": median["policy"],
         "tokens_per_s": 2 * result["real_tokens"] / step_s,
         "gflops": flops / step_s / 1e9,
         "peak_gflops": peak,
@@ -183,8 +195,10 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--no-packing", dest="packing", action="store_false")
     args = parser.parse_args()
-    command = (f"python bench/scaling.py --rounds {args.rounds} --steps {args.steps} --batch {args.batch} "
-               f"--micro {args.micro} --seq {args.seq}" + ("" if args.packing else " --no-packing"))
+    command = (
+        f"python bench/scaling.py --rounds {args.rounds} --steps {args.steps} --batch {args.batch} "
+        f"--micro {args.micro} --seq {args.seq}" + ("" if args.packing else " --no-packing")
+    )
     load_before = os.getloadavg()
     results: dict[str, list[dict]] = {layout: [] for layout, _, _ in LAYOUTS}
     for _ in range(args.rounds):
@@ -197,21 +211,32 @@ def main() -> None:
     for r in rows:
         r["speedup_vs_dp1"] = rows[0]["step_s"] / r["step_s"]
     speedup = rows[1]["speedup_vs_dp1"]
-    print(f"{'layout':<28}{'step s':>8}{'critic s':>9}{'policy s':>9}{'tok/s':>7}{'GFLOP/s':>8}{'% peak':>7}"
-          f"{'speed-up':>9}{'FSDP comm s, slowest rank (critic, policy)':>44}")
+    print(
+        f"{'layout':<28}{'step s':>8}{'critic s':>9}{'policy s':>9}{'tok/s':>7}{'GFLOP/s':>8}{'% peak':>7}"
+        f"{'speed-up':>9}{'FSDP comm s, slowest rank (critic, policy)':>44}"
+    )
     for r in rows:
         comm = ", ".join(f"{max(v):.2f}" for v in r["fsdp_comm_s_per_rank"].values())
-        print(f"{r['layout']:<28}{r['step_s']:>8.2f}{r['critic_s']:>9.2f}{r['policy_s']:>9.2f}"
-              f"{r['tokens_per_s']:>7.0f}{r['gflops']:>8.1f}{r['pct_of_peak']:>7.1f}{r['speedup_vs_dp1']:>9.2f}"
-              f"{comm:>44}")
+        print(
+            f"{r['layout']:<28}{r['step_s']:>8.2f}{r['critic_s']:>9.2f}{r['policy_s']:>9.2f}"
+            f"{r['tokens_per_s']:>7.0f}{r['gflops']:>8.1f}{r['pct_of_peak']:>7.1f}{r['speedup_vs_dp1']:>9.2f}"
+            f"{comm:>44}"
+        )
     print(f"speed-up dp=2 / dp=1: {speedup:.2f}x; real tokens per rank at dp=2: {rows[1]['tokens_per_rank']}")
     costs = rows[1]["gloo_collective_s_one_model_fp32"]
-    print(f"gloo, {rows[1]['model_numel'] * 4 / 2**20:.0f} MiB fp32 (one model), s: "
-          + ", ".join(f"{k} {v:.3f}" for k, v in costs.items()))
+    print(
+        f"gloo, {rows[1]['model_numel'] * 4 / 2**20:.0f} MiB fp32 (one model), s: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in costs.items())
+    )
     out_dir = Path(__file__).resolve().parent / "results"
     out_dir.mkdir(exist_ok=True)
-    meta = {"args": vars(args), "model": MODEL_20M, "speedup": speedup,
-            "load_average_before_after": [load_before, os.getloadavg()], "cpu_count": os.cpu_count()}
+    meta = {
+        "args": vars(args),
+        "model": MODEL_20M,
+        "speedup": speedup,
+        "load_average_before_after": [load_before, os.getloadavg()],
+        "cpu_count": os.cpu_count(),
+    }
     (out_dir / "scaling.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
 
 

@@ -25,13 +25,18 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload import (  # noqa: E402
-    MODELS, Clock, executed_tokens, make_config, matmul_peak_gflops, rollout_batch, train_flops,
-)
-
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
 from dtppo.workers.policy import PolicyWorker  # noqa: E402
 from dtppo.workers.value import ValueWorker  # noqa: E402
+from workload import (  # noqa: E402
+    MODELS,
+    Clock,
+    executed_tokens,
+    make_config,
+    matmul_peak_gflops,
+    rollout_batch,
+    train_flops,
+)
 
 VARIANTS = {"padded": False, "packed": True}
 
@@ -100,8 +105,12 @@ def profile_shares(args: argparse.Namespace) -> dict:
     matmul = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm"))
     attention = sum(e.self_cpu_time_total for e in events if "scaled_dot_product" in e.key)
     optimizer = sum(e.cpu_time_total for e in events if e.key.startswith("Optimizer.step"))
-    shares = {"matmul": matmul, "attention": attention, "adamw_step": optimizer,
-              "other (norms, rotary, activations, softmax, loss, copies)": total - matmul - attention - optimizer}
+    shares = {
+        "matmul": matmul,
+        "attention": attention,
+        "adamw_step": optimizer,
+        "other (norms, rotary, activations, softmax, loss, copies)": total - matmul - attention - optimizer,
+    }
     return {name: value / total for name, value in shares.items()}
 
 
@@ -125,30 +134,34 @@ def rows_from(result: dict, memory: dict, command: str) -> list[dict]:
         mean = {name: sum(t) / len(t) for name, t in times.items()}
         step_s = sum(mean.values())
         cpu_s = sum(sum(t) / len(t) for t in result["cpu_times"][variant].values())
-        rows.append({
-            "variant": variant,
-            "step_s": step_s, "critic_s": mean["critic"], "policy_s": mean["policy"],
-            "tokens_per_s": 2 * result["real_tokens"] / step_s,  # each real token trains two models
-            "gflops": flops / step_s / 1e9,
-            "critic_gflops": result["flops"]["critic"] / mean["critic"] / 1e9,
-            "policy_gflops": result["flops"]["policy"] / mean["policy"] / 1e9,
-            "peak_gflops": peak,
-            "pct_of_peak": 100.0 * flops / step_s / 1e9 / peak,
-            "step_cpu_s": cpu_s,
-            "gflop_per_cpu_s": flops / cpu_s / 1e9,
-            "peak_gflop_per_cpu_s": peak_cpu,
-            "pct_of_peak_cpu_time": 100.0 * flops / cpu_s / 1e9 / peak_cpu,
-            "real_tokens": result["real_tokens"],
-            "executed_tokens": result["executed_tokens"][variant],
-            "padded_width": result["padded_width"],
-            "params": result["params"],
-            "train_flops_per_step": flops,
-            "step_times_s": times,
-            "step_cpu_times_s": result["cpu_times"][variant],
-            "peak_gflops_readings": result["peak_gflops"],
-            "peak_rss_MiB": memory[variant]["peak_rss_MiB"],
-            "command": command,
-        })
+        rows.append(
+            {
+                "variant": variant,
+                "step_s": step_s,
+                "critic_s": mean["critic"],
+                "policy_s": mean["policy"],
+                "tokens_per_s": 2 * result["real_tokens"] / step_s,  # each real token trains two models
+                "gflops": flops / step_s / 1e9,
+                "critic_gflops": result["flops"]["critic"] / mean["critic"] / 1e9,
+                "policy_gflops": result["flops"]["policy"] / mean["policy"] / 1e9,
+                "peak_gflops": peak,
+                "pct_of_peak": 100.0 * flops / step_s / 1e9 / peak,
+                "step_cpu_s": cpu_s,
+                "gflop_per_cpu_s": flops / cpu_s / 1e9,
+                "peak_gflop_per_cpu_s": peak_cpu,
+                "pct_of_peak_cpu_time": 100.0 * flops / cpu_s / 1e9 / peak_cpu,
+                "real_tokens": result["real_tokens"],
+                "executed_tokens": result["executed_tokens"][variant],
+                "padded_width": result["padded_width"],
+                "params": result["params"],
+                "train_flops_per_step": flops,
+                "step_times_s": times,
+                "step_cpu_times_s": result["cpu_times"][variant],
+                "peak_gflops_readings": result["peak_gflops"],
+                "peak_rss_MiB": memory[variant]["peak_rss_MiB"],
+                "command": command,
+            }
+        )
     return rows
 
 
@@ -165,8 +178,9 @@ def main() -> None:
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--profile", action="store_true",
-                        help="only profile one packed update of each model: time shares by kind of op")
+    parser.add_argument(
+        "--profile", action="store_true", help="only profile one packed update of each model: time shares by kind of op"
+    )
     parser.add_argument("--child", help="internal: 'times' or a variant name (memory), run in this process")
     parser.add_argument("--result", help="internal: where a child writes its raw result")
     args = parser.parse_args()
@@ -175,16 +189,20 @@ def main() -> None:
         for name, share in shares.items():
             print(f"{name:<58}{100 * share:>6.1f} %")
         out = Path(__file__).resolve().parent / "results" / f"train_flops_profile_{args.threads}t.json"
-        command = (f"python bench/train_flops.py --profile --model {args.model} --batch {args.batch} --micro {args.micro} "
-                   f"--seq {args.seq} --threads {args.threads}")
+        command = (
+            f"python bench/train_flops.py --profile --model {args.model} --batch {args.batch} --micro {args.micro} "
+            f"--seq {args.seq} --threads {args.threads}"
+        )
         out.write_text(json.dumps({"cpu_time_shares": shares, "command": command}, indent=2))
         return
     if args.child:
         result = measure_times(args) if args.child == "times" else measure_memory(args, args.child)
         Path(args.result).write_text(json.dumps(result))
         return
-    command = (f"python bench/train_flops.py --model {args.model} --steps {args.steps} --batch {args.batch} "
-               f"--micro {args.micro} --seq {args.seq} --threads {args.threads}")
+    command = (
+        f"python bench/train_flops.py --model {args.model} --steps {args.steps} --batch {args.batch} "
+        f"--micro {args.micro} --seq {args.seq} --threads {args.threads}"
+    )
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         result = run_child("times", os.path.join(tmp, "times.json"))
@@ -193,26 +211,44 @@ def main() -> None:
     print_table(rows)
     out_dir = Path(__file__).resolve().parent / "results"
     out_dir.mkdir(exist_ok=True)
-    meta = {"args": {k: v for k, v in vars(args).items() if k not in ("child", "result")},
-            "model": MODELS[args.model],
-            "load_average_before_after": [load_before, os.getloadavg()], "cpu_count": os.cpu_count()}
+    meta = {
+        "args": {k: v for k, v in vars(args).items() if k not in ("child", "result")},
+        "model": MODELS[args.model],
+        "load_average_before_after": [load_before, os.getloadavg()],
+        "cpu_count": os.cpu_count(),
+    }
     # One file per thread count: a 1-thread run (steadier on a shared machine) does not replace the full one.
     name = "train_flops" if args.model == "20m" else f"train_flops_{args.model}"
     (out_dir / f"{name}_{args.threads}t.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
 
 
 def print_table(rows: list[dict]) -> None:
-    cols = [("variant", "variant", "{:<8}"), ("step s", "step_s", "{:>8.2f}"), ("tok/s", "tokens_per_s", "{:>7.0f}"),
-            ("GFLOP/s", "gflops", "{:>8.1f}"), ("critic", "critic_gflops", "{:>7.1f}"),
-            ("policy", "policy_gflops", "{:>7.1f}"), ("peak", "peak_gflops", "{:>7.1f}"),
-            ("% peak", "pct_of_peak", "{:>7.1f}"), ("% peak/CPU-s", "pct_of_peak_cpu_time", "{:>13.1f}"),
-            ("computed tok", "executed_tokens", "{:>13d}"), ("RSS MiB", "peak_rss_MiB", "{:>8.0f}")]
-    print("".join(head.ljust(len(fmt.format(rows[0][key]))) if i == 0 else head.rjust(len(fmt.format(rows[0][key])))
-                  for i, (head, key, fmt) in enumerate(cols)))
+    cols = [
+        ("variant", "variant", "{:<8}"),
+        ("step s", "step_s", "{:>8.2f}"),
+        ("tok/s", "tokens_per_s", "{:>7.0f}"),
+        ("GFLOP/s", "gflops", "{:>8.1f}"),
+        ("critic", "critic_gflops", "{:>7.1f}"),
+        ("policy", "policy_gflops", "{:>7.1f}"),
+        ("peak", "peak_gflops", "{:>7.1f}"),
+        ("% peak", "pct_of_peak", "{:>7.1f}"),
+        ("% peak/CPU-s", "pct_of_peak_cpu_time", "{:>13.1f}"),
+        ("computed tok", "executed_tokens", "{:>13d}"),
+        ("RSS MiB", "peak_rss_MiB", "{:>8.0f}"),
+    ]
+    print(
+        "".join(
+            head.ljust(len(fmt.format(rows[0][key]))) if i == 0 else head.rjust(len(fmt.format(rows[0][key])))
+            for i, (head, key, fmt) in enumerate(cols)
+        )
+    )
     for r in rows:
         print("".join(fmt.format(r[key]) for _, key, fmt in cols))
-    print(f"real tokens per step: {rows[0]['real_tokens']} (longest row {rows[0]['padded_width']}); "
-          f"params: {rows[0]['params']}")
+    print(
+        f"real tokens per step: {rows[0]['real_tokens']} (longest row {rows[0]['padded_width']}); "
+        f"params: {rows[0]['params']}"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,9 @@ from collections import defaultdict
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from transformers import (AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedTokenizerFast,  # noqa: E402
-                          TrainerCallback)
-
 import trl  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
 from trl.experimental.ppo import PPOConfig, PPOTrainer  # noqa: E402
 from trl.experimental.ppo import ppo_trainer as trl_ppo  # noqa: E402
 
@@ -44,9 +42,11 @@ class PhaseClock:
         trl_ppo.batch_generation = self._timed(generation, lambda *a: "generation")
         # forward() runs the frozen reference under no_grad, and the policy + value training pass with grad.
         trl_ppo.forward = self._timed(
-            forward, lambda *a: "train_forward" if torch.is_grad_enabled() else "ref_logprobs")
+            forward, lambda *a: "train_forward" if torch.is_grad_enabled() else "ref_logprobs"
+        )
         trl_ppo.get_reward = self._timed(
-            get_reward, lambda model, *a: "reward_model" if model is self.reward_model else "value_inference")
+            get_reward, lambda model, *a: "reward_model" if model is self.reward_model else "value_inference"
+        )
 
     def _timed(self, fn, label):
         def wrapper(*args, **kwargs):
@@ -55,6 +55,7 @@ class PhaseClock:
                 return fn(*args, **kwargs)
             finally:
                 self.current[label(*args)] += time.perf_counter() - start
+
         return wrapper
 
     def end_step(self) -> None:
@@ -103,25 +104,65 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as out_dir:
         config = PPOConfig(
-            output_dir=out_dir, per_device_train_batch_size=args.batch, gradient_accumulation_steps=1,
-            num_mini_batches=1, num_ppo_epochs=1, total_episodes=args.batch * args.steps,
-            local_rollout_forward_batch_size=args.batch, response_length=args.response_length, stop_token="eos",
-            missing_eos_penalty=None, temperature=1.0, kl_coef=0.05, kl_estimator="k1", cliprange=0.2,
-            cliprange_value=0.2, gamma=1.0, lam=0.95, learning_rate=1e-4, num_sample_generations=0,
-            gradient_checkpointing=False, bf16=False, fp16=False, use_cpu=True, report_to="none",
-            save_strategy="no", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, seed=0,
+            output_dir=out_dir,
+            per_device_train_batch_size=args.batch,
+            gradient_accumulation_steps=1,
+            num_mini_batches=1,
+            num_ppo_epochs=1,
+            total_episodes=args.batch * args.steps,
+            local_rollout_forward_batch_size=args.batch,
+            response_length=args.response_length,
+            stop_token="eos",
+            missing_eos_penalty=None,
+            temperature=1.0,
+            kl_coef=0.05,
+            kl_estimator="k1",
+            cliprange=0.2,
+            cliprange_value=0.2,
+            gamma=1.0,
+            lam=0.95,
+            learning_rate=1e-4,
+            num_sample_generations=0,
+            gradient_checkpointing=False,
+            bf16=False,
+            fp16=False,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            seed=0,
         )
         clock = PhaseClock(reward)
         timer = StepTimes(clock)
-        trainer = PPOTrainer(args=config, processing_class=tokenizer, model=policy, ref_model=None,
-                             reward_model=reward, train_dataset=dataset, value_model=value,
-                             eval_dataset=dataset.select(range(args.batch)), callbacks=[timer])
+        trainer = PPOTrainer(
+            args=config,
+            processing_class=tokenizer,
+            model=policy,
+            ref_model=None,
+            reward_model=reward,
+            train_dataset=dataset,
+            value_model=value,
+            eval_dataset=dataset.select(range(args.batch)),
+            callbacks=[timer],
+        )
         trainer.train()
 
     with open(args.out, "w") as f:
-        json.dump({"step_seconds": timer.seconds, "step_cpu_seconds": timer.cpu_seconds, "phases": clock.steps,
-                   "widths": clock.widths, "trl": trl.__version__, "torch": torch.__version__,
-                   "threads": torch.get_num_threads()}, f, indent=2)
+        json.dump(
+            {
+                "step_seconds": timer.seconds,
+                "step_cpu_seconds": timer.cpu_seconds,
+                "phases": clock.steps,
+                "widths": clock.widths,
+                "trl": trl.__version__,
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+            },
+            f,
+            indent=2,
+        )
 
 
 if __name__ == "__main__":

@@ -58,36 +58,59 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
 
         def run():
             return int(generator.sample(prompts, params, 1, sample_ids).response_mask.sum())
+
         return run
 
     def hf_generate():
-        config = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
-                                  eos_token_id=None, pad_token_id=pad_id)
+        config = GenerationConfig(
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=new_tokens,
+            eos_token_id=None,
+            pad_token_id=pad_id,
+        )
         return model.generate(input_ids=ids, attention_mask=attn, generation_config=config)[:, width:].numel()
 
     def vllm_engine():
-        requests = [VLLMSamplingParams(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, logprobs=0,
-                                       detokenize=False, seed=i) for i in range(len(prompts))]
+        requests = [
+            VLLMSamplingParams(
+                temperature=1.0, max_tokens=new_tokens, ignore_eos=True, logprobs=0, detokenize=False, seed=i
+            )
+            for i in range(len(prompts))
+        ]
         outputs = engine.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], requests, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
 
-    return {"vllm engine (in-process, eager)": vllm_engine,
-            "dtppo torch sampler, static-KV decoder (eager)": torch_sampler(True),
-            "dtppo torch sampler, HF forward + DynamicCache": torch_sampler(False),
-            "transformers generate (dynamic cache)": hf_generate}
+    return {
+        "vllm engine (in-process, eager)": vllm_engine,
+        "dtppo torch sampler, static-KV decoder (eager)": torch_sampler(True),
+        "dtppo torch sampler, HF forward + DynamicCache": torch_sampler(False),
+        "transformers generate (dynamic cache)": hf_generate,
+    }
 
 
 def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) -> list[dict]:
     from dtppo.rollout.vllm_engine import VLLMEngine
 
-    cfg = config_lib.load(RECIPE, ["ppo.init_from_sft=false", *[f"policy.model.tiny.{k}={v}"
-                                                                 for k, v in MODELS[name].items()]])
-    model = build_causal_lm(None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id,
-                            cfg.ppo.seed).eval()
+    cfg = config_lib.load(
+        RECIPE, ["ppo.init_from_sft=false", *[f"policy.model.tiny.{k}={v}" for k, v in MODELS[name].items()]]
+    )
+    model = build_causal_lm(
+        None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id, cfg.ppo.seed
+    ).eval()
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    engine = VLLMEngine(model, (NO_EOS,), tok.pad_token_id, max(len(p) for p in prompts) + args.new_tokens, 256, cfg.ppo.seed,
-                        torch.device("cpu"))
+    engine = VLLMEngine(
+        model,
+        (NO_EOS,),
+        tok.pad_token_id,
+        max(len(p) for p in prompts) + args.new_tokens,
+        256,
+        cfg.ppo.seed,
+        torch.device("cpu"),
+    )
     startup = time.perf_counter() - start
     variants = build_variants(model, engine, prompts, tok.pad_token_id, args.new_tokens)
     for run in variants.values():  # warm-up
@@ -108,13 +131,27 @@ def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) 
     params = sum(p.numel() for p in model.parameters())
     common = {"model": name, "parameters": params, "load_average_1min_at_start": load, "command": command}
     tokens = args.batch * args.new_tokens
-    rows = [common | {"variant": v, "tokens_per_s": tokens / statistics.median(s),
-                      "tokens_per_cpu_s": tokens / statistics.median(cpu_times[v]),
-                      "seconds_median": statistics.median(s), "seconds_all": s, "cpu_seconds_all": cpu_times[v]}
-            for v, s in times.items()]
+    rows = [
+        common
+        | {
+            "variant": v,
+            "tokens_per_s": tokens / statistics.median(s),
+            "tokens_per_cpu_s": tokens / statistics.median(cpu_times[v]),
+            "seconds_median": statistics.median(s),
+            "seconds_all": s,
+            "cpu_seconds_all": cpu_times[v],
+        }
+        for v, s in times.items()
+    ]
     rows.append(common | {"variant": "vllm engine start-up (LLM(...) after import)", "seconds_median": startup})
-    rows.append(common | {"variant": "vllm in-place refit (reload_weights, all parameters)",
-                          "seconds_median": statistics.median(refits), "seconds_all": refits})
+    rows.append(
+        common
+        | {
+            "variant": "vllm in-place refit (reload_weights, all parameters)",
+            "seconds_median": statistics.median(refits),
+            "seconds_all": refits,
+        }
+    )
     return rows
 
 
@@ -135,16 +172,28 @@ def main() -> None:
     problems = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed).next_batch(args.batch)
     prompts = encode_prompts(tok, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     rows = [row for name in args.models.split(",") for row in measure_model(name, args, prompts, tok, command)]
-    print(f"import vllm: {import_s:.1f} s; {args.batch} prompts x {args.new_tokens} new tokens; 1 thread; "
-          f"measured on a shared machine (1-min load average per model below)")
+    print(
+        f"import vllm: {import_s:.1f} s; {args.batch} prompts x {args.new_tokens} new tokens; 1 thread; "
+        f"measured on a shared machine (1-min load average per model below)"
+    )
     for r in rows:
-        rate = (f"{r['tokens_per_s']:>8.0f} tok/s {r['tokens_per_cpu_s']:>8.0f} tok/CPU-s" if "tokens_per_s" in r
-                else " " * 32)
-        print(f"{r['model']:>5}  {r['variant']:<52} {rate}  {r['seconds_median']:8.3f} s  "
-              f"load {r['load_average_1min_at_start']:.1f}")
-    meta = {"args": vars(args), "import_vllm_s": import_s, "threads": torch.get_num_threads(),
-            "shared_machine": True, "torch": torch.__version__,
-            "mean_prompt_tokens": statistics.mean(len(p) for p in prompts)}
+        rate = (
+            f"{r['tokens_per_s']:>8.0f} tok/s {r['tokens_per_cpu_s']:>8.0f} tok/CPU-s"
+            if "tokens_per_s" in r
+            else " " * 32
+        )
+        print(
+            f"{r['model']:>5}  {r['variant']:<52} {rate}  {r['seconds_median']:8.3f} s  "
+            f"load {r['load_average_1min_at_start']:.1f}"
+        )
+    meta = {
+        "args": vars(args),
+        "import_vllm_s": import_s,
+        "threads": torch.get_num_threads(),
+        "shared_machine": True,
+        "torch": torch.__version__,
+        "mean_prompt_tokens": statistics.mean(len(p) for p in prompts),
+    }
     out = ROOT / "bench" / "results" / "vllm_rollout.json"
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out}")

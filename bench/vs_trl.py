@@ -42,8 +42,10 @@ TRL_VERSION = "1.12.0"
 GOAL = 5.0  # dtppo at least this many times faster per step
 VOCAB = len(build_char_tokenizer())
 # dtppo as the recipe runs it (sequences packed, no pad tokens computed) and padded like TRL's batches.
-DTPPO_VARIANTS = {"dtppo (packed, recipe default)": [],
-                  "dtppo (padded)": ["policy.sequence_packing=false", "value.sequence_packing=false"]}
+DTPPO_VARIANTS = {
+    "dtppo (packed, recipe default)": [],
+    "dtppo (padded)": ["policy.sequence_packing=false", "value.sequence_packing=false"],
+}
 
 # What each side does per step beyond the shared work, stated in the JSON and in docs/performance.md.
 WORK_DIFFERENCES = [
@@ -66,15 +68,30 @@ WORK_DIFFERENCES = [
 def dtppo_overrides(batch: int, response_length: int) -> list[str]:
     """The recipe with TRL's step shape: one minibatch and one microbatch of ``batch`` samples, KL to a
     frozen reference in the reward (k1, coefficient 0.05), GAE λ 0.95, value clip 0.2."""
-    per_model = [f"{m}.{k}={batch}" for m in ("policy", "value")
-                 for k in ("train_global_batch_size", "train_micro_batch_size")]
+    per_model = [
+        f"{m}.{k}={batch}" for m in ("policy", "value") for k in ("train_global_batch_size", "train_micro_batch_size")
+    ]
     return [
-        "ppo.init_from_sft=false", f"ppo.num_prompts_per_step={batch}", "ppo.num_generations_per_prompt=1",
-        "ppo.ppo_epochs=1", "ppo.lambda_policy=0.95", "ppo.lambda_value=0.95", "ppo.gamma=1.0",
-        f"policy.generation.max_new_tokens={response_length}", "policy.generation.temperature=1.0",
-        "policy.generation.top_p=1.0", f"policy.logprob_batch_size={batch}", f"value.inference_batch_size={batch}",
-        *per_model, "loss.kl_coef=0.05", "loss.kl_in_reward=true", "loss.kl_estimator=k1", "loss.value_clip=0.2",
-        "reward.num_workers=0", "logger.tensorboard=false", "checkpointing.enabled=false",
+        "ppo.init_from_sft=false",
+        f"ppo.num_prompts_per_step={batch}",
+        "ppo.num_generations_per_prompt=1",
+        "ppo.ppo_epochs=1",
+        "ppo.lambda_policy=0.95",
+        "ppo.lambda_value=0.95",
+        "ppo.gamma=1.0",
+        f"policy.generation.max_new_tokens={response_length}",
+        "policy.generation.temperature=1.0",
+        "policy.generation.top_p=1.0",
+        f"policy.logprob_batch_size={batch}",
+        f"value.inference_batch_size={batch}",
+        *per_model,
+        "loss.kl_coef=0.05",
+        "loss.kl_in_reward=true",
+        "loss.kl_estimator=k1",
+        "loss.value_clip=0.2",
+        "reward.num_workers=0",
+        "logger.tensorboard=false",
+        "checkpointing.enabled=false",
     ]
 
 
@@ -97,8 +114,9 @@ def step_prompts(cfg, tokenizer, batch: int, steps: int) -> list[list[int]]:
     loader = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed)
     prompts: list[list[int]] = []
     for _ in range(steps):
-        prompts += encode_prompts(tokenizer, loader.next_batch(batch), cfg.data.system_prompt,
-                                  cfg.data.max_prompt_tokens)
+        prompts += encode_prompts(
+            tokenizer, loader.next_batch(batch), cfg.data.system_prompt, cfg.data.max_prompt_tokens
+        )
     return prompts
 
 
@@ -108,7 +126,8 @@ def write_trl_inputs(cfg, directory: Path, prompts: list[list[int]]) -> None:
     tokenizer.save_pretrained(directory / "tokenizer")
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     build_causal_lm(None, cfg.policy.model.tiny, len(tokenizer), pad, eos, cfg.ppo.seed).save_pretrained(
-        directory / "policy")
+        directory / "policy"
+    )
     backbone = build_backbone(None, tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), pad, eos), cfg.ppo.seed)
     ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std).save_pretrained(directory / "value")
     (directory / "prompts.json").write_text(json.dumps(prompts))
@@ -116,9 +135,24 @@ def write_trl_inputs(cfg, directory: Path, prompts: list[list[int]]) -> None:
 
 def run_trl(python: Path, directory: Path, batch: int, response_length: int, steps: int, threads: int) -> dict:
     out = directory / "trl.json"
-    cmd = [str(python), str(ROOT / "bench" / "trl_ppo_worker.py"), "--model-dir", str(directory), "--prompts",
-           str(directory / "prompts.json"), "--batch", str(batch), "--response-length", str(response_length),
-           "--steps", str(steps), "--threads", str(threads), "--out", str(out)]
+    cmd = [
+        str(python),
+        str(ROOT / "bench" / "trl_ppo_worker.py"),
+        "--model-dir",
+        str(directory),
+        "--prompts",
+        str(directory / "prompts.json"),
+        "--batch",
+        str(batch),
+        "--response-length",
+        str(response_length),
+        "--steps",
+        str(steps),
+        "--threads",
+        str(threads),
+        "--out",
+        str(out),
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -135,14 +169,18 @@ def run_dtppo(cfg, steps: int) -> dict:
             metrics = trainer.step()
             seconds.append(time.perf_counter() - start)
             cpu_seconds.append(time.process_time() - cpu_start)
-            phases.append({k.removeprefix("timing/"): v for k, v in metrics.items()
-                           if k.startswith("timing/") and k != "timing/step"})
+            phases.append(
+                {
+                    k.removeprefix("timing/"): v
+                    for k, v in metrics.items()
+                    if k.startswith("timing/") and k != "timing/step"
+                }
+            )
             widths.append(metrics["train/mean_gen_tokens_per_sample"])
     finally:
         if trainer.scorer is not None:
             trainer.scorer.close()
-    return {"step_seconds": seconds, "step_cpu_seconds": cpu_seconds, "phases": phases,
-            "mean_response_tokens": widths}
+    return {"step_seconds": seconds, "step_cpu_seconds": cpu_seconds, "phases": phases, "mean_response_tokens": widths}
 
 
 def _median_phases(phase_steps: list[dict]) -> dict[str, float]:
@@ -178,8 +216,9 @@ def main() -> None:
     load_before = os.getloadavg()
     # Peak per CPU-second, set against each step's CPU seconds: both leave out time spent waiting for a core.
     peak = matmul_peak_gflops()["cpu"] * 1e9
-    runs: dict[str, dict[str, list]] = {name: {"steps": [], "cpu": [], "phases": [], "extra": []}
-                                        for name in ["trl", *configs]}
+    runs: dict[str, dict[str, list]] = {
+        name: {"steps": [], "cpu": [], "phases": [], "extra": []} for name in ["trl", *configs]
+    }
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         prompts = step_prompts(cfg, build_char_tokenizer(), args.batch, args.steps + 1)
@@ -196,11 +235,20 @@ def main() -> None:
     _print(rows, flops, peak)
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)
-    meta = {"args": vars(args), "threads": args.threads, "load_average_before": load_before,
-            "load_average_after": os.getloadavg(), "shared_machine": True, "torch": torch.__version__,
-            "transformers": transformers.__version__, "trl": trl["trl"], "useful_flops_per_step": flops,
-            "fp32_matmul_peak_gflops_per_cpu_s": peak / 1e9, "flop_floor_cpu_s": flops / peak,
-            "work_differences": WORK_DIFFERENCES}
+    meta = {
+        "args": vars(args),
+        "threads": args.threads,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "shared_machine": True,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl["trl"],
+        "useful_flops_per_step": flops,
+        "fp32_matmul_peak_gflops_per_cpu_s": peak / 1e9,
+        "flop_floor_cpu_s": flops / peak,
+        "work_differences": WORK_DIFFERENCES,
+    }
     (out / "vs_trl.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
@@ -219,15 +267,26 @@ def _rows(runs: dict, trl_version: str, command: str, flops: float, peak: float)
         median, cpu = statistics.median(run["steps"]), statistics.median(run["cpu"])
         # Process CPU time leaves out time the process waited for a core, so on a shared machine it is the
         # steadier of the two (it equals the work done when running on one thread).
-        row = {"system": f"TRL {trl_version} PPOTrainer" if name == "trl" else name, "step_s_median": median,
-               "step_cpu_s_median": cpu, "step_s_all": run["steps"], "step_cpu_s_all": run["cpu"],
-               "phases_s_median": _median_phases(run["phases"]), "fp32_peak_fraction": flops / cpu / peak,
-               "command": command}
+        row = {
+            "system": f"TRL {trl_version} PPOTrainer" if name == "trl" else name,
+            "step_s_median": median,
+            "step_cpu_s_median": cpu,
+            "step_s_all": run["steps"],
+            "step_cpu_s_all": run["cpu"],
+            "phases_s_median": _median_phases(run["phases"]),
+            "fp32_peak_fraction": flops / cpu / peak,
+            "command": command,
+        }
         if name == "trl":
             row["trained_columns"] = run["extra"]
         else:
-            row |= {"mean_response_tokens": run["extra"], "speedup_vs_trl": trl_s / median,
-                    "cpu_time_speedup_vs_trl": trl_cpu / cpu, "goal": GOAL, "meets_goal": trl_s / median >= GOAL}
+            row |= {
+                "mean_response_tokens": run["extra"],
+                "speedup_vs_trl": trl_s / median,
+                "cpu_time_speedup_vs_trl": trl_cpu / cpu,
+                "goal": GOAL,
+                "meets_goal": trl_s / median >= GOAL,
+            }
         rows.append(row)
     return rows
 
@@ -239,10 +298,14 @@ def _print(rows: list[dict], flops: float, peak: float) -> None:
         cpu_ratio = f"{r['cpu_time_speedup_vs_trl']:.2f}x" if "speedup_vs_trl" in r else "1.00x"
         goal = f">={r['goal']:.0f}x" if "goal" in r else ""
         phases = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_s_median"].items() if v >= 0.005)
-        print(f"{r['system']:<32}{r['step_s_median']:>8.2f}{ratio:>7}{r['step_cpu_s_median']:>7.2f}{cpu_ratio:>7}"
-              f"{goal:>6}{100 * r['fp32_peak_fraction']:>7.1f}%   {phases}")
-    print(f"useful model FLOPs per step {flops / 1e9:.1f} G; at the measured fp32 matmul peak "
-          f"({peak / 1e9:.0f} GFLOP per CPU-second) a step would take {flops / peak:.2f} CPU-s; '% peak' uses CPU s")
+        print(
+            f"{r['system']:<32}{r['step_s_median']:>8.2f}{ratio:>7}{r['step_cpu_s_median']:>7.2f}{cpu_ratio:>7}"
+            f"{goal:>6}{100 * r['fp32_peak_fraction']:>7.1f}%   {phases}"
+        )
+    print(
+        f"useful model FLOPs per step {flops / 1e9:.1f} G; at the measured fp32 matmul peak "
+        f"({peak / 1e9:.0f} GFLOP per CPU-second) a step would take {flops / peak:.2f} CPU-s; '% peak' uses CPU s"
+    )
     print("(shared 2-core machine: other processes ran alongside; see load_average_* in the JSON)")
 
 

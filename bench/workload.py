@@ -34,8 +34,14 @@ from dtppo.types import Experience, build_response_mask
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny-math-cpu.yaml")
 
 # Qwen2 layout (GQA with 2 KV heads, SwiGLU, RMSNorm, QKV bias) scaled to ~20M parameters per model.
-MODEL_20M = {"hidden_size": 512, "num_layers": 6, "num_heads": 8, "num_kv_heads": 2, "intermediate_size": 1792,
-             "max_position_embeddings": 512}
+MODEL_20M = {
+    "hidden_size": 512,
+    "num_layers": 6,
+    "num_heads": 8,
+    "num_kv_heads": 2,
+    "intermediate_size": 1792,
+    "max_position_embeddings": 512,
+}
 # The demo recipe's model (dtppo.config.TinyModelConfig defaults), ~1M parameters.
 MODEL_TINY = dataclasses.asdict(TinyModelConfig())
 MODELS = {"20m": MODEL_20M, "tiny": MODEL_TINY}
@@ -45,11 +51,18 @@ def make_config(model: dict, batch: int, micro: int, packing: bool, extra: list[
     """The demo recipe with both models replaced by ``model``, one optimizer step per train() call."""
     overrides = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in model.items()]
     overrides += [
-        "ppo.init_from_sft=false", f"ppo.num_prompts_per_step={batch}", "logger.tensorboard=false",
-        f"policy.train_global_batch_size={batch}", f"value.train_global_batch_size={batch}",
-        f"policy.train_micro_batch_size={micro}", f"value.train_micro_batch_size={micro}",
-        f"policy.logprob_batch_size={micro}", f"value.inference_batch_size={micro}",
-        f"policy.sequence_packing={packing}", f"value.sequence_packing={packing}", *extra,
+        "ppo.init_from_sft=false",
+        f"ppo.num_prompts_per_step={batch}",
+        "logger.tensorboard=false",
+        f"policy.train_global_batch_size={batch}",
+        f"value.train_global_batch_size={batch}",
+        f"policy.train_micro_batch_size={micro}",
+        f"value.train_micro_batch_size={micro}",
+        f"policy.logprob_batch_size={micro}",
+        f"value.inference_batch_size={micro}",
+        f"policy.sequence_packing={packing}",
+        f"value.sequence_packing={packing}",
+        *extra,
     ]
     return config_lib.load(RECIPE, overrides)
 
@@ -69,10 +82,14 @@ def rollout_batch(vocab: int, batch: int, seq: int, seed: int = 0) -> Experience
     attention = (torch.arange(width)[None] < (prompt + response)[:, None]).long()
     mask = build_response_mask(prompt, response, width)
     return Experience(
-        input_ids=torch.randint(3, vocab, (batch, width), generator=g) * attention, attention_mask=attention,
-        response_mask=mask, gen_logprobs=torch.zeros(batch, width), truncated=response == max_new,
+        input_ids=torch.randint(3, vocab, (batch, width), generator=g) * attention,
+        attention_mask=attention,
+        response_mask=mask,
+        gen_logprobs=torch.zeros(batch, width),
+        truncated=response == max_new,
         rewards=torch.rand(batch, generator=g),
-        advantages=torch.randn(batch, width, generator=g) * mask, returns=torch.randn(batch, width, generator=g) * mask,
+        advantages=torch.randn(batch, width, generator=g) * mask,
+        returns=torch.randn(batch, width, generator=g) * mask,
     )
 
 

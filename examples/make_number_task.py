@@ -19,8 +19,9 @@ def rows(count: int, seed: int) -> list[dict]:
     out = []
     for _ in range(count):
         threshold, topic = rng.randint(1, 99), rng.choice(TOPICS)
-        out.append({"prompt": f"Write a number of {topic} bigger than {threshold}.", "threshold": threshold,
-                    "topic": topic})
+        out.append(
+            {"prompt": f"Write a number of {topic} bigger than {threshold}.", "threshold": threshold, "topic": topic}
+        )
     return out
 
 

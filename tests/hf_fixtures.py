@@ -21,15 +21,25 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import (GenerationConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (
+    GenerationConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 GSM8K_TRAIN = SHARED / "data" / "gsm8k" / "train.jsonl"
 GSM8K_TEST = SHARED / "data" / "gsm8k" / "test.jsonl"
 
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-              r"|\s+(?!\S)|\s+")
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 QWEN_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}"
@@ -71,11 +81,18 @@ def gsm8k_text(rows: int = 1500) -> list[str]:
 def _byte_level_bpe(vocab_size: int, special: list[str], split: str | None) -> Tokenizer:
     core = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split is None)
-    core.pre_tokenizer = byte_level if split is None else pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(split), behavior="isolated"), byte_level])
+    core.pre_tokenizer = (
+        byte_level
+        if split is None
+        else pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"), byte_level])
+    )
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(gsm8k_text(), trainer)
     return core
 
@@ -90,14 +107,29 @@ def _save(directory: Path, model, tokenizer: PreTrainedTokenizerFast, generation
 
 def qwen_format_dir(directory: Path, vocab_size: int = 800, seed: int = 0) -> Path:
     core = _byte_level_bpe(vocab_size, QWEN_SPECIAL, QWEN_SPLIT)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                        additional_special_tokens=["<|im_start|>"], model_max_length=32768)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        model_max_length=32768,
+    )
     tokenizer.chat_template = QWEN_TEMPLATE
     endoftext, im_end = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>"])
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, intermediate_size=128, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=im_end, pad_token_id=endoftext)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=128,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=im_end,
+        pad_token_id=endoftext,
+    )
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():
         embed = model.model.embed_tokens.weight
@@ -110,33 +142,53 @@ def qwen_format_dir(directory: Path, vocab_size: int = 800, seed: int = 0) -> Pa
 def llama_format_dir(directory: Path, vocab_size: int = 600, seed: int = 0) -> Path:
     core = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
     core.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    core.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                      decoders.Strip(content=" ", left=1, right=0)])
+    core.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(content=" ", left=1, right=0),
+        ]
+    )
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=LLAMA_SPECIAL, show_progress=False)
     core.train_from_iterator(gsm8k_text(), trainer)
-    core.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                        special_tokens=[("<s>", core.token_to_id("<s>"))])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                        model_max_length=4096)
+    core.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", core.token_to_id("<s>"))]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=4096
+    )
     tokenizer.chat_template = LLAMA_TEMPLATE
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024,
-                         tie_word_embeddings=False, bos_token_id=bos, eos_token_id=eos, pad_token_id=None)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=None,
+    )
     generation = GenerationConfig(bos_token_id=bos, eos_token_id=eos)
     return _save(directory, LlamaForCausalLM(config), tokenizer, generation)
 
 
 def gpt2_format_dir(directory: Path, vocab_size: int = 600, seed: int = 0) -> Path:
     core = _byte_level_bpe(vocab_size, ["<|endoftext|>"], None)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                        model_max_length=1024)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<|endoftext|>", eos_token="<|endoftext|>", model_max_length=1024
+    )
     tokenizer.chat_template = QWEN_TEMPLATE
     eos = tokenizer.eos_token_id
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=2, n_positions=1024,
-                        bos_token_id=eos, eos_token_id=eos)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=2, n_positions=1024, bos_token_id=eos, eos_token_id=eos
+    )
     return _save(directory, GPT2LMHeadModel(config), tokenizer, GenerationConfig(bos_token_id=eos, eos_token_id=eos))
 
 

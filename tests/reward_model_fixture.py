@@ -27,8 +27,9 @@ PRINTABLE = [chr(c) for c in range(32, 127)]
 MATH_CHARS = list("0123456789 +-=#\n")
 MAX_COMPLETION = 48
 # Small enough to train in seconds on two cores, wide enough to learn a character share to r > 0.95.
-RM_SHAPE = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                           max_position_embeddings=512)
+RM_SHAPE = TinyModelConfig(
+    hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64, max_position_embeddings=512
+)
 
 
 def digit_seven_share(completion: str) -> float:
@@ -52,8 +53,14 @@ def held_out_conversations(n: int, seed: int = 1_000_003) -> list[list[dict]]:
     return [sample_conversation(rng) for _ in range(n)]
 
 
-def train_tiny_reward_model(out_dir: str | Path, target: Callable[[str], float] = digit_seven_share,
-                            steps: int = 300, seed: int = 0, batch_size: int = 16, lr: float = 1e-2) -> Path:
+def train_tiny_reward_model(
+    out_dir: str | Path,
+    target: Callable[[str], float] = digit_seven_share,
+    steps: int = 300,
+    seed: int = 0,
+    batch_size: int = 16,
+    lr: float = 1e-2,
+) -> Path:
     """Train a tiny RM to predict ``target(completion)`` (MSE, Adam) and save it, safetensors + tokenizer.
 
     Deterministic in ``seed`` (model init and data); returns ``out_dir``, a directory ``RewardModel`` loads.
@@ -72,8 +79,9 @@ def train_tiny_reward_model(out_dir: str | Path, target: Callable[[str], float] 
     try:
         for _ in range(steps):
             batch = [sample_conversation(rng) for _ in range(batch_size)]
-            ids, mask, last = encode_conversations(tokenizer, batch, config.max_position_embeddings,
-                                                   tokenizer.pad_token_id)
+            ids, mask, last = encode_conversations(
+                tokenizer, batch, config.max_position_embeddings, tokenizer.pad_token_id
+            )
             labels = torch.tensor([target(conv[-1]["content"]) for conv in batch])
             loss = torch.nn.functional.mse_loss(last_token_scores(model, ids, mask, last), labels)
             optimizer.zero_grad()

@@ -58,8 +58,12 @@ _CHUNK = 8 << 20
 def rng_state() -> dict[str, Any]:
     """The process's RNG states as tensors and plain data (what ``torch.load(weights_only=True)`` reads)."""
     _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
-    numpy_state = {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-                   "cached_gaussian": float(cached_gaussian)}
+    numpy_state = {
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached_gaussian),
+    }
     return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": numpy_state}
 
 
@@ -68,15 +72,29 @@ def set_rng_state(state: dict[str, Any]) -> None:
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     numpy_state = state["numpy"]
-    np.random.set_state(("MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
-                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    np.random.set_state(
+        (
+            "MT19937",
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------- save
 
 
-def save(checkpoint_dir: str | Path, step: int, sharded: dict[str, Any], replicated: dict[str, Any],
-         config: dict[str, Any], keep_last: int, hf_files: dict[str, bytes] | None = None) -> Path:
+def save(
+    checkpoint_dir: str | Path,
+    step: int,
+    sharded: dict[str, Any],
+    replicated: dict[str, Any],
+    config: dict[str, Any],
+    keep_last: int,
+    hf_files: dict[str, bytes] | None = None,
+) -> Path:
     """Collective: every rank writes its shards of ``sharded``; rank 0 writes the rest and commits.
 
     ``hf_files``: {path relative to ``hf/``: bytes}, rank 0's (``models.description.describe_models``).
@@ -149,8 +167,15 @@ def _prepare(root: Path, tmp: Path) -> None:
     tmp.mkdir()
 
 
-def _commit(root: Path, tmp: Path, final: Path, replicated: dict[str, Any], config: dict[str, Any],
-            keep_last: int, hf_files: dict[str, bytes]) -> None:
+def _commit(
+    root: Path,
+    tmp: Path,
+    final: Path,
+    replicated: dict[str, Any],
+    config: dict[str, Any],
+    keep_last: int,
+    hf_files: dict[str, bytes],
+) -> None:
     """Rank 0: the replicated state and the manifest, then the rename that makes ``step_N`` exist."""
     buffer = io.BytesIO()  # serialised in memory so a failing disk reports a plain OSError (errno, path)
     torch.save(replicated, buffer)
@@ -282,12 +307,26 @@ class _RestrictedLoadPlanner(DefaultLoadPlanner):
 
 # What torch.distributed.checkpoint's metadata file names (its own dataclasses, sizes, dtypes, layouts, paths):
 # constructors without side effects. Anything else in it is refused before DCP unpickles the file.
-_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("torch", "Size"),
-                     ("torch.serialization", "_get_layout"),
-                     ("torch.distributed.checkpoint.filesystem", "_StorageInfo")}
-_METADATA_GLOBALS |= {("torch.distributed.checkpoint.metadata", name) for name in (
-    "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata", "BytesStorageMetadata",
-    "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")}
+_METADATA_GLOBALS = {
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+}
+_METADATA_GLOBALS |= {
+    ("torch.distributed.checkpoint.metadata", name)
+    for name in (
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorProperties",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "_MEM_FORMAT_ENCODING",
+    )
+}
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -341,8 +380,10 @@ def verify(path: str | Path, only: str | None = None) -> None:
             raise CheckpointError(f"checkpoint {path} is incomplete: {file} is missing")
         size, crc = _digest(file)
         if size != expected[0]:
-            raise CheckpointError(f"checkpoint {path} is corrupted: {file} has {size} bytes, expected {expected[0]} "
-                                  f"(truncated or overwritten)")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupted: {file} has {size} bytes, expected {expected[0]} "
+                f"(truncated or overwritten)"
+            )
         if crc != expected[1]:
             raise CheckpointError(f"checkpoint {path} is corrupted: {file} fails its CRC32 check (garbled)")
 

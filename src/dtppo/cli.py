@@ -15,8 +15,8 @@ import traceback
 from pathlib import Path
 
 from dtppo import config as config_lib
-from dtppo.faults import CheckpointError, InputError, NonFiniteError, RunStopped
 from dtppo.config.reward_spec import parse_spec
+from dtppo.faults import CheckpointError, InputError, NonFiniteError, RunStopped
 
 DEBUG_ENV = "DTPPO_DEBUG"
 
@@ -66,8 +66,11 @@ def cmd_ppo(args: argparse.Namespace) -> None:
         launcher.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
     except Exception as err:
         # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
-        if getattr(err, "exit_code", None) in (InputError.exit_code, NonFiniteError.exit_code,
-                                               CheckpointError.exit_code):
+        if getattr(err, "exit_code", None) in (
+            InputError.exit_code,
+            NonFiniteError.exit_code,
+            CheckpointError.exit_code,
+        ):
             raise SystemExit(err.exit_code) from None
         raise
     finally:
@@ -79,8 +82,13 @@ def _absolute_paths(tree: dict) -> dict:
     Output paths always; input paths only when they exist here, so hub names like "Qwen/..." stay names."""
     tree = copy.deepcopy(tree)
     outputs = [("logger", "log_dir"), ("checkpointing", "checkpoint_dir"), ("sft", "output_dir")]
-    inputs = [("policy", "model", "path"), ("value", "model", "path"), ("reward", "model", "path"),
-              ("data", "train", "path"), ("data", "validation", "path")]
+    inputs = [
+        ("policy", "model", "path"),
+        ("value", "model", "path"),
+        ("reward", "model", "path"),
+        ("data", "train", "path"),
+        ("data", "validation", "path"),
+    ]
     for keys in outputs + inputs:
         *parents, leaf = keys
         node = functools.reduce(lambda section, key: section.setdefault(key, {}), parents, tree)
@@ -99,8 +107,11 @@ def _launcher(cfg: config_lib.Config):
         from dtppo.orchestration.ray_launcher import RayLauncher
 
         launcher = RayLauncher(cfg.cluster, cfg.cluster.world_size, cfg.cluster.ray_temp_dir)
-        print("ranks placed on Ray nodes: " + ", ".join(f"rank {r} -> {node}" for r, node in
-                                                       enumerate(launcher.rank_nodes())), flush=True)
+        print(
+            "ranks placed on Ray nodes: "
+            + ", ".join(f"rank {r} -> {node}" for r, node in enumerate(launcher.rank_nodes())),
+            flush=True,
+        )
         return launcher
     from dtppo.orchestration.launcher import LocalLauncher
 
@@ -143,8 +154,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
     cfg = _load(args)
     if cfg.ppo.init_from_sft and not sft_is_done(cfg):
-        raise InputError(f"sft.output_dir: no SFT model at {cfg.sft.output_dir} (ppo.init_from_sft is true): "
-                         f"run `dtppo sft` first")
+        raise InputError(
+            f"sft.output_dir: no SFT model at {cfg.sft.output_dir} (ppo.init_from_sft is true): run `dtppo sft` first"
+        )
     trainer = PPOTrainer(cfg)
     trainer.maybe_resume()
     if trainer.steps_done == 0:
@@ -176,7 +188,9 @@ def cmd_plot(args: argparse.Namespace) -> None:
 def _table(title: str, values: dict) -> str:
     width = max(len(k) for k in values)
     lines = [f"{title}", "-" * (width + 14)]
-    lines += [f"{k:<{width}}  {v:>10.4f}" if isinstance(v, float) else f"{k:<{width}}  {v:>10}" for k, v in values.items()]
+    lines += [
+        f"{k:<{width}}  {v:>10.4f}" if isinstance(v, float) else f"{k:<{width}}  {v:>10}" for k, v in values.items()
+    ]
     return "\n".join(lines)
 
 
@@ -187,8 +201,11 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
     records = read_metrics(cfg.logger.log_dir)
     val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
     val_reward = [(r["step"], r["validation/reward"]) for r in records if "validation/reward" in r]
-    ev = [(r["step"], r["train/critic/explained_var"] if explained_var_defined(r) else "n/a")
-          for r in records if "train/critic/explained_var" in r]
+    ev = [
+        (r["step"], r["train/critic/explained_var"] if explained_var_defined(r) else "n/a")
+        for r in records
+        if "train/critic/explained_var" in r
+    ]
     rows = dict(sft_results)
     if val:
         rows["validation accuracy at start (step 0)"] = val[0][1]

@@ -12,8 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from dtppo.algorithms.advantages import (compute_advantages, group_normalized_advantages, length_adaptive_lambda,
-                                         token_level_rewards)
+from dtppo.algorithms.advantages import (
+    compute_advantages,
+    group_normalized_advantages,
+    length_adaptive_lambda,
+    token_level_rewards,
+)
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.config import Config
 from dtppo.types import Experience
@@ -31,7 +35,7 @@ class GAEEstimator:
     lambda_value: float
     normalize: bool
     length_adaptive_alpha: float
-    kl_in_reward_coef: float      # 0: no KL term in the reward
+    kl_in_reward_coef: float  # 0: no KL term in the reward
     kl_estimator: str
 
     def __call__(self, experience: Experience) -> Experience:
@@ -44,8 +48,9 @@ class GAEEstimator:
         lambda_policy: float | torch.Tensor = self.lambda_policy
         if self.length_adaptive_alpha > 0.0:
             lambda_policy = length_adaptive_lambda(mask.sum(-1), self.length_adaptive_alpha)
-        advantages, returns = compute_advantages(token_rewards, experience.old_values, mask, self.gamma,
-                                                 lambda_policy, self.lambda_value, self.normalize)
+        advantages, returns = compute_advantages(
+            token_rewards, experience.old_values, mask, self.gamma, lambda_policy, self.lambda_value, self.normalize
+        )
         return experience.replace(advantages=advantages, returns=returns)
 
 
@@ -57,8 +62,9 @@ class GRPOEstimator:
 
     def __call__(self, experience: Experience) -> Experience:
         """Needs ``rewards`` [B], B a multiple of ``group_size`` with a prompt's samples adjacent."""
-        advantages = group_normalized_advantages(experience.rewards, experience.train_mask, self.group_size,
-                                                 sample_mask=experience.sample_mask)
+        advantages = group_normalized_advantages(
+            experience.rewards, experience.train_mask, self.group_size, sample_mask=experience.sample_mask
+        )
         return experience.replace(advantages=advantages)
 
 
@@ -68,5 +74,12 @@ def build_estimator(cfg: Config) -> Estimator:
     if ppo.advantage_estimator == "grpo":
         return GRPOEstimator(ppo.num_generations_per_prompt)
     kl_coef = loss.kl_coef if loss.kl_coef > 0.0 and loss.kl_in_reward else 0.0
-    return GAEEstimator(ppo.gamma, ppo.lambda_policy, ppo.lambda_value, ppo.normalize_advantages,
-                        ppo.length_adaptive_alpha, kl_coef, loss.kl_estimator)
+    return GAEEstimator(
+        ppo.gamma,
+        ppo.lambda_policy,
+        ppo.lambda_value,
+        ppo.normalize_advantages,
+        ppo.length_adaptive_alpha,
+        kl_coef,
+        loss.kl_estimator,
+    )

@@ -44,8 +44,9 @@ def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience)
 
 
 @torch.no_grad()
-def sample_responses(generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
-                     step: int) -> Responses:
+def sample_responses(
+    generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config, step: int
+) -> Responses:
     """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``)."""
     gen = cfg.policy.generation
     params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=gen.val_greedy)
@@ -53,29 +54,42 @@ def sample_responses(generator: Generator, tokenizer: PreTrainedTokenizerBase, p
     for start in range(0, len(problems), cfg.ppo.val_batch_size):
         batch = problems[start : start + cfg.ppo.val_batch_size]
         prompts = encode_prompts(tokenizer, batch, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
-        experience = generator.sample(prompts, params, stream_key(cfg.ppo.seed, step, stream=1),
-                                      torch.arange(start, start + len(batch)))
+        experience = generator.sample(
+            prompts, params, stream_key(cfg.ppo.seed, step, stream=1), torch.arange(start, start + len(batch))
+        )
         texts += decode_responses(tokenizer, experience)
         lengths += experience.response_mask.sum(-1).tolist()
     return Responses(texts, lengths)
 
 
-def eval_result(problems: list[Problem], responses: Responses, total: torch.Tensor, means: dict[str, float],
-                accuracy_name: str | None) -> EvalResult:
+def eval_result(
+    problems: list[Problem],
+    responses: Responses,
+    total: torch.Tensor,
+    means: dict[str, float],
+    accuracy_name: str | None,
+) -> EvalResult:
     """The figures of a scored validation: ``total`` [B] the total reward of each response, ``means`` each part's."""
     samples = [(p.question, t, p.answer, float(s)) for p, t, s in zip(problems, responses.texts, total)]
-    return EvalResult(accuracy=means.get(accuracy_name) if accuracy_name else None, reward=float(total.mean()),
-                      rewards=means, avg_length=sum(responses.lengths) / len(responses.lengths), samples=samples)
+    return EvalResult(
+        accuracy=means.get(accuracy_name) if accuracy_name else None,
+        reward=float(total.mean()),
+        rewards=means,
+        avg_length=sum(responses.lengths) / len(responses.lengths),
+        samples=samples,
+    )
 
 
-def evaluate(generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config,
-             step: int) -> EvalResult:
+def evaluate(
+    generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config, step: int
+) -> EvalResult:
     """Validation scored by the task's verifier alone, in this process: SFT's, whose tasks all have one."""
     generator.prepare()
     responses = sample_responses(generator, tokenizer, problems, cfg, step)
     generator.finish()
     name = TASK_VERIFIERS[cfg.data.task]
-    scores = reward_function(name)(prompts=[p.question for p in problems], completions=responses.texts,
-                                   answer=[p.answer for p in problems])
+    scores = reward_function(name)(
+        prompts=[p.question for p in problems], completions=responses.texts, answer=[p.answer for p in problems]
+    )
     total = torch.tensor(scores, dtype=torch.float32)
     return eval_result(problems, responses, total, {name: float(total.mean())}, name)

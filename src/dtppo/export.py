@@ -62,8 +62,14 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
 def _build_from_sources(cfg: config_lib.Config) -> tuple:
     """(tokenizer, policy, critic backbone or None) from the model directories (or tiny shapes) ``cfg`` names."""
     tokenizer = load_tokenizer(cfg.policy_init_path)
-    policy = build_causal_lm(cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
-                             tokenizer.eos_token_id, cfg.ppo.seed)
+    policy = build_causal_lm(
+        cfg.policy_init_path,
+        cfg.policy.model.tiny,
+        len(tokenizer),
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        cfg.ppo.seed,
+    )
     backbone = None
     if cfg.has_critic:
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)

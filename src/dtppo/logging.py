@@ -38,8 +38,16 @@ class MetricsLogger:
     crash) are dropped so the file holds each step once.
     """
 
-    def __init__(self, log_dir: str | Path, total_steps: int, tensorboard: bool = True, progress: bool = True,
-                 resume_step: int = 0, enabled: bool = True, trackers: Sequence[Tracker] = ()):
+    def __init__(
+        self,
+        log_dir: str | Path,
+        total_steps: int,
+        tensorboard: bool = True,
+        progress: bool = True,
+        resume_step: int = 0,
+        enabled: bool = True,
+        trackers: Sequence[Tracker] = (),
+    ):
         self.enabled = enabled
         if not enabled:  # non-zero ranks of a multi-rank run
             return
@@ -129,8 +137,9 @@ def explained_var_defined(record: dict) -> bool:
     1 − Var(R − V) / 1e-8 (the reference's formula), a number as low as −10⁶ that says nothing about the critic.
     Such a step has ``train/critic/returns_var`` ≤ 1e-8; a log written before that metric existed counts as defined.
     """
-    return "train/critic/explained_var" in record and \
-        record.get("train/critic/returns_var", math.inf) > EV_MIN_RETURNS_VAR
+    return (
+        "train/critic/explained_var" in record and record.get("train/critic/returns_var", math.inf) > EV_MIN_RETURNS_VAR
+    )
 
 
 def explained_var_mean(records: list[dict], after_step: float) -> tuple[float | None, int]:

@@ -33,9 +33,11 @@ def reduce_stats(stats: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor
 def reduce_across_ranks(stats: dict[str, torch.Tensor], group=None) -> dict[str, torch.Tensor]:
     """Combine statistics of data-parallel ranks by name suffix: one collective per reduction kind."""
     out = dict(stats)
-    for op, keys in [("min", [k for k in stats if k.endswith("_min")]),
-                     ("max", [k for k in stats if k.endswith("_max")]),
-                     ("sum", [k for k in stats if not k.endswith(("_min", "_max"))])]:
+    for op, keys in [
+        ("min", [k for k in stats if k.endswith("_min")]),
+        ("max", [k for k in stats if k.endswith("_max")]),
+        ("sum", [k for k in stats if not k.endswith(("_min", "_max"))]),
+    ]:
         if keys:
             reduced = all_reduce(torch.stack([stats[k].reshape(()).float() for k in keys]), op, group)
             out |= dict(zip(keys, reduced.unbind()))
@@ -62,4 +64,6 @@ def to_floats(metrics: dict[str, torch.Tensor | float]) -> dict[str, float]:
     """The phase's single host sync: every metric as a Python float (±inf extremes become -1.0, as NeMo-RL)."""
     keys = list(metrics)
     values = torch.stack([torch.as_tensor(metrics[k], dtype=torch.float64).reshape(()) for k in keys]).tolist()
-    return {k: (-1.0 if math.isinf(v) and (k.endswith("_min") or k.endswith("_max")) else v) for k, v in zip(keys, values)}
+    return {
+        k: (-1.0 if math.isinf(v) and (k.endswith("_min") or k.endswith("_max")) else v) for k, v in zip(keys, values)
+    }

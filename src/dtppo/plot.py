@@ -17,8 +17,11 @@ PANELS = [
 
 def curve(records: list[dict], key: str) -> list[tuple[int, float]]:
     """(step, value) of one metric over a run; steps whose EV is undefined (constant returns) are left out."""
-    return [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))
-            and (key != "train/critic/explained_var" or explained_var_defined(r))]
+    return [
+        (r["step"], r[key])
+        for r in records
+        if isinstance(r.get(key), (int, float)) and (key != "train/critic/explained_var" or explained_var_defined(r))
+    ]
 
 
 def plot_runs(log_dirs: list[str | Path], out: str | Path | None = None) -> Path:

@@ -23,8 +23,9 @@ from dtppo.distributed.launch import under_torchrun
 from dtppo.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function
 
-VLLM_INSTALL = ("`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 "
-                "(pins torch 2.13.0; README)")
+VLLM_INSTALL = (
+    "`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 (pins torch 2.13.0; README)"
+)
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": resolved by transformers, not here
 
@@ -32,8 +33,11 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": reso
 def preflight(cfg: Config) -> None:
     """Each check above, for a Config from ``config.load``; raises ConfigError."""
     if cfg.policy.generation.backend == "vllm":
-        require(importlib.util.find_spec("vllm") is not None, "policy.generation.backend",
-                f"vllm is not installed in this Python; install it with {VLLM_INSTALL}")
+        require(
+            importlib.util.find_spec("vllm") is not None,
+            "policy.generation.backend",
+            f"vllm is not installed in this Python; install it with {VLLM_INSTALL}",
+        )
     _check_inputs_exist(cfg)
     check_models(cfg)
     if cfg.logger.wandb.enabled:
@@ -49,12 +53,21 @@ def _check_inputs_exist(cfg: Config) -> None:
         for key, dataset in [("data.train", cfg.data.train), ("data.validation", cfg.data.validation)]:
             _check_dataset(key, dataset)
     _check_reward_functions_load(cfg)
-    for key, path in [("policy.model.path", cfg.policy.model.path), ("value.model.path", cfg.value.model.path),
-                      ("reward.model.path", cfg.reward.model.path)]:
-        require(path is None or Path(path).is_dir() or bool(_HUB_ID.fullmatch(path)), key,
-                f"no such model directory (nor a hub name like org/model): {path}")
-        require(path is None or not Path(path).is_dir() or (Path(path) / "config.json").is_file(), key,
-                f"{path} is not an HF model directory (no config.json)")
+    for key, path in [
+        ("policy.model.path", cfg.policy.model.path),
+        ("value.model.path", cfg.value.model.path),
+        ("reward.model.path", cfg.reward.model.path),
+    ]:
+        require(
+            path is None or Path(path).is_dir() or bool(_HUB_ID.fullmatch(path)),
+            key,
+            f"no such model directory (nor a hub name like org/model): {path}",
+        )
+        require(
+            path is None or not Path(path).is_dir() or (Path(path) / "config.json").is_file(),
+            key,
+            f"{path} is not an HF model directory (no config.json)",
+        )
 
 
 def _check_reward_functions_load(cfg: Config) -> None:
@@ -80,10 +93,16 @@ def _dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:
 def _check_dataset(key: str, dataset: DatasetConfig) -> None:
     """A data source exists and its HF keys fit it; a DatasetDict's splits are read from its index file."""
     kind = _dataset_kind(dataset.path)
-    require(kind is not None, f"{key}.path",
-            f"file not found: {dataset.path} (nor a dataset directory, nor a hub dataset id like org/name)")
-    require(dataset.hf_config is None or kind == "hub", f"{key}.hf_config", f"only for a hub dataset id, and "
-            f"{dataset.path} is a local {'file' if kind == 'jsonl' else 'directory'}")
+    require(
+        kind is not None,
+        f"{key}.path",
+        f"file not found: {dataset.path} (nor a dataset directory, nor a hub dataset id like org/name)",
+    )
+    require(
+        dataset.hf_config is None or kind == "hub",
+        f"{key}.hf_config",
+        f"only for a hub dataset id, and {dataset.path} is a local {'file' if kind == 'jsonl' else 'directory'}",
+    )
     require(dataset.split is None or kind != "jsonl", f"{key}.split", f"{dataset.path} is a jsonl file: no splits")
     if kind != "jsonl":
         _require_package("datasets", f"{key}.path", "hf")
@@ -91,25 +110,40 @@ def _check_dataset(key: str, dataset: DatasetConfig) -> None:
     if kind == "disk":
         index = Path(dataset.path) / "dataset_dict.json"
         splits = json.loads(index.read_text())["splits"] if index.is_file() else None
-        require(splits is not None or (Path(dataset.path) / "state.json").is_file(), f"{key}.path",
-                f"{dataset.path} is not a dataset directory written by save_to_disk (no dataset_dict.json or "
-                f"state.json)")
-        require(splits is None or dataset.split in splits, f"{key}.split",
-                f"{dataset.path} holds the splits {splits}: name one of them, got {dataset.split!r}")
-        require(splits is not None or dataset.split is None, f"{key}.split",
-                f"{dataset.path} holds a single dataset: no splits")
+        require(
+            splits is not None or (Path(dataset.path) / "state.json").is_file(),
+            f"{key}.path",
+            f"{dataset.path} is not a dataset directory written by save_to_disk (no dataset_dict.json or state.json)",
+        )
+        require(
+            splits is None or dataset.split in splits,
+            f"{key}.split",
+            f"{dataset.path} holds the splits {splits}: name one of them, got {dataset.split!r}",
+        )
+        require(
+            splits is not None or dataset.split is None,
+            f"{key}.split",
+            f"{dataset.path} holds a single dataset: no splits",
+        )
 
 
 def _require_package(module: str, key: str, extra: str) -> None:
     """``module`` can be imported (found without importing it: that can take seconds)."""
-    require(importlib.util.find_spec(module) is not None, key,
-            f"needs the {module} package: pip install 'dtppo[{extra}]'")
+    require(
+        importlib.util.find_spec(module) is not None, key, f"needs the {module} package: pip install 'dtppo[{extra}]'"
+    )
 
 
 def _check_launch(cfg: Config) -> None:
     """The cluster section against how this process was started (torchrun sets RANK and WORLD_SIZE)."""
     cluster = cfg.cluster
-    require(cluster.num_nodes == 1 or cluster.backend != "local" or under_torchrun(), "cluster.num_nodes",
-            "several nodes need cluster.backend=ray or a launcher (torchrun) on each node")
-    require(cluster.backend != "ray" or not under_torchrun(), "cluster.backend",
-            "ray starts its own ranks; do not run it under torchrun")
+    require(
+        cluster.num_nodes == 1 or cluster.backend != "local" or under_torchrun(),
+        "cluster.num_nodes",
+        "several nodes need cluster.backend=ray or a launcher (torchrun) on each node",
+    )
+    require(
+        cluster.backend != "ray" or not under_torchrun(),
+        "cluster.backend",
+        "ray starts its own ranks; do not run it under torchrun",
+    )

@@ -45,12 +45,19 @@ def profiled(model: str, call: int, rank: int) -> Iterator[None]:
 
 def operator_summary(events, on_device: bool) -> dict:
     """Operators of a profile ranked by self time (device time when ``on_device``), the top ``TOP_OPERATORS``."""
+
     def device_ms(event) -> float:
         return getattr(event, "self_device_time_total", 0.0) / 1e3
 
-    rows = [{"name": e.key, "calls": e.count, "self_device_ms": device_ms(e), "self_cpu_ms": e.self_cpu_time_total / 1e3}
-            for e in events]
+    rows = [
+        {"name": e.key, "calls": e.count, "self_device_ms": device_ms(e), "self_cpu_ms": e.self_cpu_time_total / 1e3}
+        for e in events
+    ]
     key = "self_device_ms" if on_device else "self_cpu_ms"
     rows.sort(key=lambda row: -row[key])
-    return {"ranked_by": key, "total_self_device_ms": sum(r["self_device_ms"] for r in rows),
-            "total_self_cpu_ms": sum(r["self_cpu_ms"] for r in rows), "top": rows[:TOP_OPERATORS]}
+    return {
+        "ranked_by": key,
+        "total_self_device_ms": sum(r["self_device_ms"] for r in rows),
+        "total_self_cpu_ms": sum(r["self_cpu_ms"] for r in rows),
+        "top": rows[:TOP_OPERATORS],
+    }

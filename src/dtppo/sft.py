@@ -50,8 +50,13 @@ def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config) -> Expe
     response_mask = build_response_mask(prompt_lengths, total - prompt_lengths, width)
     attention_mask = (torch.arange(width)[None] < total[:, None]).long()
     zeros = torch.zeros(input_ids.shape)
-    return Experience(input_ids=input_ids, attention_mask=attention_mask, response_mask=response_mask,
-                      gen_logprobs=zeros, truncated=torch.zeros(len(rows), dtype=torch.bool))
+    return Experience(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        gen_logprobs=zeros,
+        truncated=torch.zeros(len(rows), dtype=torch.bool),
+    )
 
 
 def nll_loss_fn(model: PreTrainedModel):
@@ -63,8 +68,17 @@ def nll_loss_fn(model: PreTrainedModel):
     return loss_fn
 
 
-def _train_stage(model, tokenizer, cfg: Config, engine: TrainEngine, loader: PromptLoader, num_steps: int,
-                 logger: MetricsLogger, first_step: int, plateau: Plateau | None = None) -> int:
+def _train_stage(
+    model,
+    tokenizer,
+    cfg: Config,
+    engine: TrainEngine,
+    loader: PromptLoader,
+    num_steps: int,
+    logger: MetricsLogger,
+    first_step: int,
+    plateau: Plateau | None = None,
+) -> int:
     """Train up to ``num_steps`` steps; with a ``plateau``, validate every ``sft.val_period`` steps and stop at
     its plateau. Returns the last step trained."""
     loss_fn = nll_loss_fn(model)
@@ -123,21 +137,38 @@ def run_sft(cfg: Config) -> dict[str, float]:
         raise InputError("data.task: SFT trains on worked solutions, which data.task custom does not have")
     tokenizer = load_tokenizer(cfg.policy.model.path)
     torch.manual_seed(sft.seed)
-    model = build_causal_lm(cfg.policy.model.path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
-                            tokenizer.eos_token_id, sft.seed)
+    model = build_causal_lm(
+        cfg.policy.model.path,
+        cfg.policy.model.tiny,
+        len(tokenizer),
+        tokenizer.pad_token_id,
+        tokenizer.eos_token_id,
+        sft.seed,
+    )
     out_dir = Path(sft.output_dir)
-    logger = MetricsLogger(out_dir.parent / f"{out_dir.name}_logs", sft.num_steps + sft.careless_stage.num_steps,
-                           cfg.logger.tensorboard, cfg.logger.progress)
+    logger = MetricsLogger(
+        out_dir.parent / f"{out_dir.name}_logs",
+        sft.num_steps + sft.careless_stage.num_steps,
+        cfg.logger.tensorboard,
+        cfg.logger.progress,
+    )
     start = time.perf_counter()
     source, validation = build_sources(cfg, tokenizer=tokenizer)
     # Validation samples the model being trained (no copy), with the recipe's torch decoder.
-    generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id,
-                               cfg.policy.generation.decoder)
-    plateau = Plateau(lambda step: evaluate(generator, tokenizer, validation, cfg, step).accuracy,
-                      sft.val_period or max(sft.num_steps, 1), sft.patience, sft.min_improvement, sft.min_accuracy)
+    generator = TorchGenerator(
+        model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, cfg.policy.generation.decoder
+    )
+    plateau = Plateau(
+        lambda step: evaluate(generator, tokenizer, validation, cfg, step).accuracy,
+        sft.val_period or max(sft.num_steps, 1),
+        sft.patience,
+        sft.min_improvement,
+        sft.min_accuracy,
+    )
     engine = TrainEngine(model, sft.optimizer, sft.scheduler, sft.max_grad_norm)
-    step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(source, sft.seed + 1), sft.num_steps,
-                        logger, 0, plateau)
+    step = _train_stage(
+        model, tokenizer, cfg, engine, PromptLoader(source, sft.seed + 1), sft.num_steps, logger, 0, plateau
+    )
     if plateau.last_accuracy is None:  # a main stage of 0 steps
         plateau.validate(step)
     results = {"sft/accuracy": plateau.last_accuracy, "sft/steps": float(step)}
@@ -146,8 +177,9 @@ def run_sft(cfg: Config) -> dict[str, float]:
         careless_source, _ = build_sources(cfg, careless_fraction=careless.careless_fraction)
         optim = dataclasses.replace(sft.optimizer, lr=careless.lr)
         engine = TrainEngine(model, optim, SchedulerConfig(total_steps=careless.num_steps), sft.max_grad_norm)
-        step = _train_stage(model, tokenizer, cfg, engine, PromptLoader(careless_source, sft.seed + 2),
-                            careless.num_steps, logger, step)
+        step = _train_stage(
+            model, tokenizer, cfg, engine, PromptLoader(careless_source, sft.seed + 2), careless.num_steps, logger, step
+        )
         results["sft/accuracy_after_careless_stage"] = evaluate(generator, tokenizer, validation, cfg, step).accuracy
     results["sft/seconds"] = time.perf_counter() - start
     logger.log(step, results)
@@ -165,7 +197,8 @@ def check_floor(results: dict[str, float], cfg: Config) -> None:
         raise BelowFloorError(
             f"sft.min_accuracy: the SFT model at {cfg.sft.output_dir} reached {100 * accuracy:.1f} % greedy validation "
             f"accuracy{trained}, below this recipe's floor of {100 * floor:.1f} %: PPO would not start from the model "
-            f"the recipe was measured with (train longer with sft.num_steps, or set sft.min_accuracy lower to go on)")
+            f"the recipe was measured with (train longer with sft.num_steps, or set sft.min_accuracy lower to go on)"
+        )
 
 
 def saved_results(cfg: Config) -> dict[str, float]:
@@ -182,8 +215,9 @@ def saved_results(cfg: Config) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
-def _save_atomic(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path,
-                 results: dict[str, float]) -> None:
+def _save_atomic(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out_dir: Path, results: dict[str, float]
+) -> None:
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

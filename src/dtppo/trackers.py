@@ -36,11 +36,20 @@ class WandbTracker:
         import wandb
 
         # No console capture or system sampling: our progress line is the console; metrics are the record.
-        settings = wandb.Settings(console="off", x_disable_stats=True, x_disable_meta=True, disable_git=True,
-                                  save_code=False, silent=True)
-        self.run = wandb.init(project=cfg.project, entity=cfg.entity, name=cfg.run_name, mode=cfg.mode,
-                              dir=str(log_dir), config=config, id=run_id, resume="allow" if run_id else None,
-                              settings=settings)
+        settings = wandb.Settings(
+            console="off", x_disable_stats=True, x_disable_meta=True, disable_git=True, save_code=False, silent=True
+        )
+        self.run = wandb.init(
+            project=cfg.project,
+            entity=cfg.entity,
+            name=cfg.run_name,
+            mode=cfg.mode,
+            dir=str(log_dir),
+            config=config,
+            id=run_id,
+            resume="allow" if run_id else None,
+            settings=settings,
+        )
         self.run_id = self.run.id
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -61,8 +70,9 @@ class MlflowTracker:
         self.client = MlflowClient(tracking_uri=cfg.tracking_uri)
         if run_id is None:
             experiment = self.client.get_experiment_by_name(cfg.experiment)
-            experiment_id = (experiment.experiment_id if experiment is not None
-                             else self.client.create_experiment(cfg.experiment))
+            experiment_id = (
+                experiment.experiment_id if experiment is not None else self.client.create_experiment(cfg.experiment)
+            )
             self.run_id = self.client.create_run(experiment_id, run_name=cfg.run_name).info.run_id
             self.client.log_dict(self.run_id, config, "config.json")
         else:
@@ -85,7 +95,7 @@ def mlflow_name(name: str) -> str:
     ``train/reward`` (a file) and its parts (files under a directory of that name) cannot both be stored."""
     for total in ("train/reward/", "validation/reward/"):
         if name.startswith(total):
-            return f"{total[:-1]}:{name[len(total):]}"
+            return f"{total[:-1]}:{name[len(total) :]}"
     return name
 
 

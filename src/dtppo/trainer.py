@@ -12,11 +12,10 @@ from dtppo import checkpoint
 from dtppo.algorithms.advantages import first_token_abs_mean
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
-from dtppo.algorithms.mismatch import (mismatch_sample_mask, rollout_is_stats, rollout_is_weights,
-                                       seq_mult_prob_error)
+from dtppo.algorithms.mismatch import mismatch_sample_mask, rollout_is_stats, rollout_is_weights, seq_mult_prob_error
 from dtppo.config import Config, batch_clamp_notes
-from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.estimators import build_estimator
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
 from dtppo.faults import RunStopped
@@ -63,23 +62,35 @@ class PPOTrainer:
         # Every rank builds both layouts (mesh creation is collective), then only the workers it holds.
         policy_layout = RankLayout(cfg.policy.parallel, cluster.pool("policy"))
         value_layout = RankLayout(cfg.value.parallel, cluster.pool("value"))
-        self.policy = PolicyRole(PolicyWorker(cfg, self.tokenizer, policy_layout) if policy_layout.member else None,
-                                 policy_layout.ranks, cluster.colocated)
+        self.policy = PolicyRole(
+            PolicyWorker(cfg, self.tokenizer, policy_layout) if policy_layout.member else None,
+            policy_layout.ranks,
+            cluster.colocated,
+        )
         self.estimate = build_estimator(cfg)
         self.value: ValueRole | None = None
         if cfg.has_critic:
-            self.value = ValueRole(ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
-                                   value_layout.ranks, cluster.colocated)
+            self.value = ValueRole(
+                ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
+                value_layout.ranks,
+                cluster.colocated,
+            )
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
         check_reward_arguments(cfg, [train_source[0]])  # needs a row: not preflight's, which reads no data
         self.loader = PromptLoader(train_source, cfg.ppo.seed)
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.
-        self.rewarder = (Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend,
-                                  self.policy.worker.layout.device) if is_main_rank() else None)
+        self.rewarder = (
+            Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, self.policy.worker.layout.device)
+            if is_main_rank()
+            else None
+        )
         # What every checkpoint carries besides weights (configs, tokenizer): written by rank 0, a policy rank.
-        self.model_files = describe_models(cfg, self.policy.worker.model, self.tokenizer) \
-            if is_main_rank() and cfg.checkpointing.enabled else None
+        self.model_files = (
+            describe_models(cfg, self.policy.worker.model, self.tokenizer)
+            if is_main_rank() and cfg.checkpointing.enabled
+            else None
+        )
         self.steps_done = 0
         if is_main_rank():
             for note in batch_clamp_notes(cfg):
@@ -156,9 +167,11 @@ class PPOTrainer:
         Every update of an epoch starts before any result is shared: a role's ``train`` runs on its own ranks
         only and ``share`` is the collective, so in separate pools (``cluster.policy_ranks``) the critic and the
         policy update at the same time, and colocated they run one after the other as before."""
-        updates = [(role, phase) for role, phase in [(self.value, "critic_update"),
-                                                     (self.policy if train_policy else None, "policy_update")]
-                   if role is not None]
+        updates = [
+            (role, phase)
+            for role, phase in [(self.value, "critic_update"), (self.policy if train_policy else None, "policy_update")]
+            if role is not None
+        ]
         runs: dict[str, list[dict]] = {phase: [] for _, phase in updates}
         for _ in range(self.cfg.ppo.ppo_epochs):
             started = []
@@ -185,10 +198,16 @@ class PPOTrainer:
                 raise RunStopped(
                     f"every sample's probability error exceeds ppo.seq_logprob_error_threshold = {threshold} "
                     f"(smallest {float(error.min()):.4g}): the generator's log-probs do not match the policy's "
-                    f"(stale or wrong weights in the generator?); nothing is left to train on")
+                    f"(stale or wrong weights in the generator?); nothing is left to train on"
+                )
         if cfg.loss.rollout_is is not None:
-            weights = rollout_is_weights(experience.old_logprobs, experience.gen_logprobs, experience.train_mask,
-                                         cfg.loss.rollout_is, cfg.loss.rollout_is_cap)
+            weights = rollout_is_weights(
+                experience.old_logprobs,
+                experience.gen_logprobs,
+                experience.train_mask,
+                cfg.loss.rollout_is,
+                cfg.loss.rollout_is_cap,
+            )
             experience = experience.replace(is_weights=weights)
         return experience
 
@@ -247,8 +266,9 @@ class PPOTrainer:
         if self.rewarder is None:
             return None
         scored = self.rewarder.score(self.validation_problems, responses.texts)
-        return eval_result(self.validation_problems, responses, scored.total, scored.means(),
-                           self.rewarder.accuracy_name)
+        return eval_result(
+            self.validation_problems, responses, scored.total, scored.means(), self.rewarder.accuracy_name
+        )
 
     def validate(self) -> dict[str, float]:
         """``validation/*`` metrics (rank 0; the other ranks only take part in sampling)."""
@@ -269,9 +289,15 @@ class PPOTrainer:
         # Every rank runs the same loop; rank 0 alone writes logs (all metrics are already reduced).
         trackers = open_trackers(cfg.logger, cfg.to_dict(), self.tracker_runs) if is_main_rank() else []
         self.tracker_runs = {t.name: t.run_id for t in trackers}
-        logger = MetricsLogger(cfg.logger.log_dir, cfg.ppo.max_num_steps, cfg.logger.tensorboard,
-                               cfg.logger.progress, resume_step=self.steps_done, enabled=is_main_rank(),
-                               trackers=trackers)
+        logger = MetricsLogger(
+            cfg.logger.log_dir,
+            cfg.ppo.max_num_steps,
+            cfg.logger.tensorboard,
+            cfg.logger.progress,
+            resume_step=self.steps_done,
+            enabled=is_main_rank(),
+            trackers=trackers,
+        )
         history, finished = [], False
         try:
             if self.steps_done == 0 and cfg.ppo.val_at_start:
@@ -306,13 +332,22 @@ class PPOTrainer:
         if self.value is not None:
             replicated["value"] = self.value.replicated_state()
         ckpt = self.cfg.checkpointing
-        return checkpoint.save(ckpt.checkpoint_dir, self.steps_done, sharded, replicated, self.cfg.to_dict(),
-                               ckpt.keep_last, self.model_files)
+        return checkpoint.save(
+            ckpt.checkpoint_dir,
+            self.steps_done,
+            sharded,
+            replicated,
+            self.cfg.to_dict(),
+            ckpt.keep_last,
+            self.model_files,
+        )
 
     def _sharded_state(self) -> dict[str, dict]:
         """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""
-        states = {"policy": self.policy.checkpoint_state(),
-                  "value": self.value.checkpoint_state() if self.value is not None else None}
+        states = {
+            "policy": self.policy.checkpoint_state(),
+            "value": self.value.checkpoint_state() if self.value is not None else None,
+        }
         return {role: state for role, state in states.items() if state is not None}
 
     def maybe_resume(self) -> None:

@@ -104,15 +104,21 @@ class Experience:
 
     def take(self, rows: torch.Tensor) -> Experience:
         """Rows ``rows`` ([n] int64 indices) of every tensor field, trimmed to the longest row."""
-        picked = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[rows]
-                  for f in dataclasses.fields(self)}
+        picked = {
+            f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[rows]
+            for f in dataclasses.fields(self)
+        }
         width = int(picked["attention_mask"].sum(-1).max().item()) if len(rows) else 0
         return Experience(**{k: _trim(v, width) for k, v in picked.items()})
 
     def to(self, device: torch.device | str) -> Experience:
         """Every tensor field on ``device`` (the batch lives on the CPU; a worker moves what it computes on)."""
-        return Experience(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
-                             for f in dataclasses.fields(self)})
+        return Experience(
+            **{
+                f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                for f in dataclasses.fields(self)
+            }
+        )
 
     def shard(self, index: int, count: int) -> Experience:
         """Rows ``block_rows(batch_size, index, count)``: a data-parallel rank's share."""

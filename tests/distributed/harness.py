@@ -21,9 +21,17 @@ from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-math-cpu.yaml")
-SMALL_MODEL = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in
-               [("hidden_size", 64), ("num_layers", 2), ("num_heads", 4), ("num_kv_heads", 2),
-                ("intermediate_size", 128)]]
+SMALL_MODEL = [
+    f"{w}.model.tiny.{k}={v}"
+    for w in ("policy", "value")
+    for k, v in [
+        ("hidden_size", 64),
+        ("num_layers", 2),
+        ("num_heads", 4),
+        ("num_kv_heads", 2),
+        ("intermediate_size", 128),
+    ]
+]
 
 
 def make_config(overrides: list[str]) -> config_lib.Config:
@@ -31,8 +39,15 @@ def make_config(overrides: list[str]) -> config_lib.Config:
     # round-off (summation order differs under TP) into a full lr-sized step. eps = 1e-6 keeps the weight
     # comparison about the sharding, not about that amplification.
     eps = ["policy.optimizer.eps=1e-6", "value.optimizer.eps=1e-6"]
-    base = [*eps, "ppo.init_from_sft=false", "ppo.num_prompts_per_step=8", "logger.tensorboard=false",
-            "policy.train_global_batch_size=8", "value.train_global_batch_size=8", *SMALL_MODEL]
+    base = [
+        *eps,
+        "ppo.init_from_sft=false",
+        "ppo.num_prompts_per_step=8",
+        "logger.tensorboard=false",
+        "policy.train_global_batch_size=8",
+        "value.train_global_batch_size=8",
+        *SMALL_MODEL,
+    ]
     return config_lib.load(RECIPE, base + overrides)
 
 
@@ -47,8 +62,11 @@ def synthetic_experience(vocab: int, batch: int = 8, seed: int = 0) -> Experienc
     attention = (torch.arange(width)[None] < (prompt + response)[:, None]).long()
     mask = build_response_mask(prompt, response, width)
     return Experience(
-        input_ids=ids * attention, attention_mask=attention, response_mask=mask,
-        gen_logprobs=torch.zeros(batch, width), truncated=torch.zeros(batch, dtype=torch.bool),
+        input_ids=ids * attention,
+        attention_mask=attention,
+        response_mask=mask,
+        gen_logprobs=torch.zeros(batch, width),
+        truncated=torch.zeros(batch, dtype=torch.bool),
         rewards=torch.rand(batch, generator=g),
         advantages=torch.randn(batch, width, generator=g) * mask,
         returns=torch.randn(batch, width, generator=g) * mask,
@@ -70,9 +88,13 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
     policy.finish_training()
     policy.refit(1)  # refreshes the generation replica, as the trainer's weight_refit phase does
     return {
-        "values": values, "logprobs": logprobs, "ref_logprobs": reference,
-        "value_metrics": value_metrics, "policy_metrics": policy_metrics,
-        "policy_weights": _full(policy.model), "value_weights": _full(value.model),
+        "values": values,
+        "logprobs": logprobs,
+        "ref_logprobs": reference,
+        "value_metrics": value_metrics,
+        "policy_metrics": policy_metrics,
+        "policy_weights": _full(policy.model),
+        "value_weights": _full(value.model),
         "rollout_weights": {k: v.clone() for k, v in policy.generator.model.state_dict().items()},
         # what the vLLM backend's refit streams (every name of a tied parameter)
         "streamed_weights": {name: t.clone() for name, t in full_parameters(policy.model, policy.layout.device)},
@@ -94,8 +116,10 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 
 def _full(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in
-            get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()}
+    return {
+        k: v.detach().clone()
+        for k, v in get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items()
+    }
 
 
 def run(fn, world: int, overrides: list[str]) -> dict:

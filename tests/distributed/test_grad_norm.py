@@ -28,8 +28,9 @@ VOCAB, ROWS = 40, 4
 
 
 def _model() -> torch.nn.Module:
-    tiny = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                           max_position_embeddings=32)
+    tiny = TinyModelConfig(
+        hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, max_position_embeddings=32
+    )
     return build_causal_lm(None, tiny, VOCAB, pad_id=0, eos_id=1, seed=0)
 
 
@@ -65,10 +66,16 @@ def _round(out_path: str) -> None:
         with CommDebugMode() as per_param:
             old = _per_parameter_norm(grads)
         clip_grad_norm_(model.parameters(), float(got) / 2, layout.model_group)
-        results[name] = {"got": float(got), "want": float(want), "old": float(old), "clipped": float(
-            _per_parameter_norm([p.grad for p in model.parameters()])), "collectives": one.get_total_counts(),
-            "per_param_collectives": per_param.get_total_counts(), "num_grads": len(grads),
-            "sharded": all(isinstance(g, DTensor) for g in grads)}
+        results[name] = {
+            "got": float(got),
+            "want": float(want),
+            "old": float(old),
+            "clipped": float(_per_parameter_norm([p.grad for p in model.parameters()])),
+            "collectives": one.get_total_counts(),
+            "per_param_collectives": per_param.get_total_counts(),
+            "num_grads": len(grads),
+            "sharded": all(isinstance(g, DTensor) for g in grads),
+        }
     mesh = RankLayout(ParallelConfig()).mesh["dp_shard"]
     try:
         global_grad_norm([DTensor.from_local(torch.ones(3), mesh, [Partial()])], mesh.get_group())

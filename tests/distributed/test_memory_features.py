@@ -26,9 +26,16 @@ from harness import _full, run, synthetic_experience, worker_results
 
 VOCAB, LAYERS = 64, 2
 # name: (activation_checkpointing, cpu_offload, unsharded_grad_accumulation)
-CASES = {"dp": {"plain": (False, False, True), "ac": (True, False, True), "offload": (False, True, True),
-                "plain_per_micro": (False, False, False), "offload_per_micro": (False, True, False)},
-         "tp": {"plain": (False, False, True), "ac": (True, False, True)}}
+CASES = {
+    "dp": {
+        "plain": (False, False, True),
+        "ac": (True, False, True),
+        "offload": (False, True, True),
+        "plain_per_micro": (False, False, False),
+        "offload_per_micro": (False, True, False),
+    },
+    "tp": {"plain": (False, False, True), "ac": (True, False, True)},
+}
 # Rows per microbatch: dp=2 gives each rank 2 of a step's 4 rows, tp=2 all 4 (and its collectives are slow on gloo).
 MICRO = {"dp": 1, "tp": 2}
 # Block forwards per rank over the 2 steps: each microbatch's forward runs every block once; under AC, backward again.
@@ -39,8 +46,15 @@ WORKER_BASE = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=
 
 def _model(role: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=LAYERS, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=True,
+    )
     config._attn_implementation = "sdpa"
     return Qwen2ForCausalLM(config) if role == "policy" else ValueModel(Qwen2Model(config), seed=0)
 
@@ -53,25 +67,38 @@ def _loss_fn(role: str, model: torch.nn.Module):
             return -masked_sum(logprobs * micro.advantages, mask), {}
         values = model.values(micro.input_ids, micro.attention_mask)
         return masked_sum((values - micro.returns) ** 2, mask), {}
+
     return loss
 
 
 def _engine(role: str, layout: RankLayout, ac: bool, offload: bool, unsharded: bool) -> TrainEngine:
     model = layout.wrap(_model(role), activation_checkpointing=ac, cpu_offload=offload)
-    return TrainEngine(model, OptimizerConfig(lr=1e-2, eps=1e-6), SchedulerConfig(), 1.0, dp_rank=layout.dp_rank,
-                       dp_size=layout.dp_size, dp_group=layout.dp_group, unsharded_accumulation=unsharded,
-                       model_group=layout.model_group)
+    return TrainEngine(
+        model,
+        OptimizerConfig(lr=1e-2, eps=1e-6),
+        SchedulerConfig(),
+        1.0,
+        dp_rank=layout.dp_rank,
+        dp_size=layout.dp_size,
+        dp_group=layout.dp_group,
+        unsharded_accumulation=unsharded,
+        model_group=layout.model_group,
+    )
 
 
 def _offload_policies(model: torch.nn.Module) -> set[str]:
     """The offload policy of every FSDP unit, by class name (a test-only look at FSDP2's internals: on a CPU-only
     machine offloading moves nothing, so this is how a test sees that the flag reached every unit)."""
-    return {type(m._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
-            for m in model.modules() if isinstance(m, FSDPModule)}
+    return {
+        type(m._get_fsdp_state()._fsdp_param_group.offload_policy).__name__
+        for m in model.modules()
+        if isinstance(m, FSDPModule)
+    }
 
 
-def _train_case(role: str, layout: RankLayout, micro: int, flags: tuple[bool, bool, bool], resume_in: Path | None
-                ) -> dict:
+def _train_case(
+    role: str, layout: RankLayout, micro: int, flags: tuple[bool, bool, bool], resume_in: Path | None
+) -> dict:
     """Two optimizer steps of 4 rows; counts the decoder blocks' forward calls. With ``resume_in``, the state then
     goes through DCP there and back into a fresh engine of the same flags, which must take the same next step as
     the original."""
@@ -81,8 +108,13 @@ def _train_case(role: str, layout: RankLayout, micro: int, flags: tuple[bool, bo
         layer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     exp = synthetic_experience(VOCAB)
     metrics = engine.train(exp, _loss_fn(role, engine.model), global_batch=4, micro_batch=micro)
-    result = {"loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "weights": _full(engine.model),
-              "block_calls": calls[0], "offload_policies": _offload_policies(engine.model)}
+    result = {
+        "loss": metrics["loss"],
+        "grad_norm": metrics["grad_norm"],
+        "weights": _full(engine.model),
+        "block_calls": calls[0],
+        "offload_policies": _offload_policies(engine.model),
+    }
     if resume_in is not None:
         dcp.save(engine.state_dict(), checkpoint_id=str(resume_in / role))
         restored = _engine(role, layout, *flags)
@@ -90,8 +122,10 @@ def _train_case(role: str, layout: RankLayout, micro: int, flags: tuple[bool, bo
         dcp.load(state, checkpoint_id=str(resume_in / role))
         restored.load_state_dict(state)
         resumed = [e.train(exp, _loss_fn(role, e.model), global_batch=8, micro_batch=2) for e in (engine, restored)]
-        result |= {"resumed_loss": [float(m["loss"]) for m in resumed],
-                   "resumed_weights": [_full(engine.model), _full(restored.model)]}
+        result |= {
+            "resumed_loss": [float(m["loss"]) for m in resumed],
+            "resumed_weights": [_full(engine.model), _full(restored.model)],
+        }
     return result
 
 
@@ -113,11 +147,15 @@ def features_round(overrides: list[str], out_path: str) -> None:
 
 def _worker_state(policy, value) -> dict:
     models = {"policy": policy.model, "reference": policy.reference, "value": value.model}
-    return {"offload": {name: _offload_policies(m) for name, m in models.items()},
-            "checkpointing": {"policy": policy.model.is_gradient_checkpointing,
-                              "reference": policy.reference.is_gradient_checkpointing,
-                              "replica": policy.generator.model.is_gradient_checkpointing,
-                              "value": value.model.backbone.is_gradient_checkpointing}}
+    return {
+        "offload": {name: _offload_policies(m) for name, m in models.items()},
+        "checkpointing": {
+            "policy": policy.model.is_gradient_checkpointing,
+            "reference": policy.reference.is_gradient_checkpointing,
+            "replica": policy.generator.model.is_gradient_checkpointing,
+            "value": value.model.backbone.is_gradient_checkpointing,
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +169,11 @@ def _weights_diff(a: dict, b: dict) -> float:
 
 
 def _diffs(ref: dict, got: dict) -> dict:
-    return {"loss": abs(float(ref["loss"] - got["loss"])), "grad_norm": abs(float(ref["grad_norm"] - got["grad_norm"])),
-            "weights": _weights_diff(ref["weights"], got["weights"])}
+    return {
+        "loss": abs(float(ref["loss"] - got["loss"])),
+        "grad_norm": abs(float(ref["grad_norm"] - got["grad_norm"])),
+        "weights": _weights_diff(ref["weights"], got["weights"]),
+    }
 
 
 EXACT = {"loss": 0.0, "grad_norm": 0.0, "weights": 0.0}

@@ -9,9 +9,9 @@ from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
 from dtppo.distributed.comm import rank
 from dtppo.distributed.parallelize import decoder_layers
 from dtppo.ops import logprobs_from_logits, masked_sum
-from harness import _full, run, synthetic_experience
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
+from harness import _full, run, synthetic_experience
 
 VOCAB = 50
 
@@ -19,11 +19,31 @@ VOCAB = 50
 def _model(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
     if kind == "gpt2":
-        return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
-    return OPTForCausalLM(OPTConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
-                                    num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=32,
-                                    dropout=0.0, attention_dropout=0.0))
+        return GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=2,
+                n_positions=64,
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+            )
+        )
+    return OPTForCausalLM(
+        OPTConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            ffn_dim=64,
+            num_attention_heads=2,
+            max_position_embeddings=64,
+            word_embed_proj_dim=32,
+            dropout=0.0,
+            attention_dropout=0.0,
+        )
+    )
 
 
 def layout_round(overrides: list[str], out_path: str) -> None:
@@ -33,8 +53,16 @@ def layout_round(overrides: list[str], out_path: str) -> None:
     world = int(overrides[-1].rpartition("=")[2])
     layout = RankLayout(ParallelConfig(), range(world))
     model = layout.wrap(_model(kind))
-    engine = TrainEngine(model, OptimizerConfig(lr=1e-2, eps=1e-6), SchedulerConfig(), 1.0, dp_rank=layout.dp_rank,
-                         dp_size=layout.dp_size, dp_group=layout.dp_group, model_group=layout.model_group)
+    engine = TrainEngine(
+        model,
+        OptimizerConfig(lr=1e-2, eps=1e-6),
+        SchedulerConfig(),
+        1.0,
+        dp_rank=layout.dp_rank,
+        dp_size=layout.dp_size,
+        dp_group=layout.dp_group,
+        model_group=layout.model_group,
+    )
 
     def nll(micro):
         logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits

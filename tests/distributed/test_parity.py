@@ -1,7 +1,6 @@
 """Sharded (FSDP2 dp=2, critic TP=2 ± SP) and unsharded paths agree on the same global batch (fp32, gloo)."""
 
 import pytest
-import torch
 
 from harness import run, worker_round
 
@@ -44,8 +43,11 @@ def test_fsdp_dp2_matches_single_process(reference):
 
 def test_fsdp_dp2_per_microbatch_resharding_and_padded_rows_match_single_process(reference):
     # The non-default paths: FSDP's own per-microbatch all-gather / reduce-scatter, and no sequence packing.
-    legacy = [f"{w}.{k}=false" for w in ("policy", "value")
-              for k in ("parallel.unsharded_grad_accumulation", "sequence_packing")]
+    legacy = [
+        f"{w}.{k}=false"
+        for w in ("policy", "value")
+        for k in ("parallel.unsharded_grad_accumulation", "sequence_packing")
+    ]
     _assert_same(reference, run(worker_round, 2, MICRO + legacy))
 
 

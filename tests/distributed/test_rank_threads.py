@@ -16,8 +16,14 @@ _run_in_group(lambda: print("threads", torch.get_num_threads()), ())
 
 def rank_threads(omp: str | None, local_world: int) -> int:
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1",
-            "LOCAL_WORLD_SIZE": str(local_world), "CUDA_VISIBLE_DEVICES": ""}
+    env |= {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "0",
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": str(local_world),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     if omp is not None:
         env["OMP_NUM_THREADS"] = omp
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)

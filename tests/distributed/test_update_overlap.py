@@ -29,7 +29,10 @@ class TimedWorker:
     def train(self, experience) -> dict[str, torch.Tensor]:
         start = time.time()
         time.sleep(UPDATE_SECONDS)
-        return {"start": torch.tensor(start, dtype=torch.float64), "end": torch.tensor(time.time(), dtype=torch.float64)}
+        return {
+            "start": torch.tensor(start, dtype=torch.float64),
+            "end": torch.tensor(time.time(), dtype=torch.float64),
+        }
 
 
 def _serial_update(trainer, experience, train_policy, timer):
@@ -46,8 +49,10 @@ def _rank(out: str) -> None:
     trainer.cfg = SimpleNamespace(ppo=SimpleNamespace(ppo_epochs=1))
     trainer.policy = PolicyRole(TimedWorker() if me == 0 else None, range(0, 1), colocated=False)
     trainer.value = ValueRole(TimedWorker() if me == 1 else None, range(1, 2), colocated=False)
-    results = {"structured": trainer._update(None, True, PhaseTimer()),
-               "serial": _serial_update(trainer, None, True, PhaseTimer())}
+    results = {
+        "structured": trainer._update(None, True, PhaseTimer()),
+        "serial": _serial_update(trainer, None, True, PhaseTimer()),
+    }
     torch.save(results, f"{out}.{me}")
 
 

@@ -26,8 +26,14 @@ FAST = [
 
 def run_cli(args, cwd, timeout=900, check=True):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "dtppo", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtppo", *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"dtppo {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -75,6 +81,16 @@ def read_jsonl(path):
 def sft_dir(tmp_path_factory):
     """A briefly fine-tuned tiny policy (60 steps), shared by the PPO tests that need a sane start."""
     root = tmp_path_factory.mktemp("sft")
-    run_cli(["sft", TINY, "sft.num_steps=60", "sft.careless_stage.num_steps=0",
-             f"sft.output_dir={root / 'model'}", "ppo.max_val_samples=32", "logger.tensorboard=false"], cwd=root)
+    run_cli(
+        [
+            "sft",
+            TINY,
+            "sft.num_steps=60",
+            "sft.careless_stage.num_steps=0",
+            f"sft.output_dir={root / 'model'}",
+            "ppo.max_val_samples=32",
+            "logger.tensorboard=false",
+        ],
+        cwd=root,
+    )
     return root / "model"

@@ -28,22 +28,49 @@ def _gsm8k(path: str) -> list[str]:
 CASES = [
     ("missing recipe", ["sft", "nope.yaml"], "recipe: file not found: nope.yaml", True),
     ("recipe with a missing parent", ["sft", "orphan.yaml"], "defaults: recipe file not found: 'gone.yaml'", False),
-    ("recipe names a missing data file", ["sft", TINY, *_gsm8k("missing.jsonl")],
-     "data.train.path: file not found: missing.jsonl", False),
-    ("no usable rows (SFT, this process)", ["sft", TINY, *_gsm8k("bad.jsonl"), "sft.output_dir=sft"],
-     "bad.jsonl: no usable rows (2 bad: invalid_json: 1, missing_answer: 1)", True),
-    ("bad row refused (PPO, in the rank)",
-     ["ppo", TINY, "ppo.init_from_sft=false", *_gsm8k("mixed.jsonl"), "data.on_bad_row=error"],
-     "mixed.jsonl:2: bad GSM8K row (invalid_json)", True),
+    (
+        "recipe names a missing data file",
+        ["sft", TINY, *_gsm8k("missing.jsonl")],
+        "data.train.path: file not found: missing.jsonl",
+        False,
+    ),
+    (
+        "no usable rows (SFT, this process)",
+        ["sft", TINY, *_gsm8k("bad.jsonl"), "sft.output_dir=sft"],
+        "bad.jsonl: no usable rows (2 bad: invalid_json: 1, missing_answer: 1)",
+        True,
+    ),
+    (
+        "bad row refused (PPO, in the rank)",
+        ["ppo", TINY, "ppo.init_from_sft=false", *_gsm8k("mixed.jsonl"), "data.on_bad_row=error"],
+        "mixed.jsonl:2: bad GSM8K row (invalid_json)",
+        True,
+    ),
     ("export of a missing directory", ["export", "nowhere", "out"], "nowhere: no such checkpoint directory", True),
-    ("export of a directory without checkpoints", ["export", "empty", "out"],
-     "empty: no checkpoint (step_N/) in this directory", False),
-    ("eval without the SFT model", ["eval", TINY, "sft.output_dir=no-sft"], "sft.output_dir: no SFT model at no-sft",
-     False),
-    ("model directory without config.json", ["eval", TINY, "ppo.init_from_sft=false", "policy.model.path=empty"],
-     "policy.model.path: empty is not an HF model directory (no config.json)", False),
-    ("unreadable model directory", ["sft", TINY, "policy.model.path=broken-model", "sft.output_dir=sft"],
-     "broken-model: cannot load a model or tokenizer from it", False),
+    (
+        "export of a directory without checkpoints",
+        ["export", "empty", "out"],
+        "empty: no checkpoint (step_N/) in this directory",
+        False,
+    ),
+    (
+        "eval without the SFT model",
+        ["eval", TINY, "sft.output_dir=no-sft"],
+        "sft.output_dir: no SFT model at no-sft",
+        False,
+    ),
+    (
+        "model directory without config.json",
+        ["eval", TINY, "ppo.init_from_sft=false", "policy.model.path=empty"],
+        "policy.model.path: empty is not an HF model directory (no config.json)",
+        False,
+    ),
+    (
+        "unreadable model directory",
+        ["sft", TINY, "policy.model.path=broken-model", "sft.output_dir=sft"],
+        "broken-model: cannot load a model or tokenizer from it",
+        False,
+    ),
     ("plot of a missing log directory", ["plot", "nolog"], "nolog: no metrics.jsonl", False),
 ]
 
@@ -69,8 +96,9 @@ def _dtppo(args: list[str], cwd: Path, debug: bool) -> subprocess.CompletedProce
     env = {k: v for k, v in os.environ.items() if k != "DTPPO_DEBUG"}
     if debug:
         env["DTPPO_DEBUG"] = "1"
-    return subprocess.run([sys.executable, "-m", "dtppo", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "dtppo", *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def _exit_and_output(case: str, args: list[str], cwd: Path, debug: bool, monkeypatch, capsys) -> tuple[int, str, str]:
@@ -92,8 +120,9 @@ def test_an_input_failure_is_one_line_and_exit_2(workdir, case, args, fragment, 
     assert "Traceback" not in out + err
 
 
-@pytest.mark.parametrize("case, args, fragment", [(c, a, f) for c, a, f, debug in CASES if debug],
-                         ids=[c for c, *_, debug in CASES if debug])
+@pytest.mark.parametrize(
+    "case, args, fragment", [(c, a, f) for c, a, f, debug in CASES if debug], ids=[c for c, *_, debug in CASES if debug]
+)
 def test_dtppo_debug_adds_the_traceback(workdir, case, args, fragment, monkeypatch, capsys):
     code, _, err = _exit_and_output(case, args, workdir, True, monkeypatch, capsys)
     lines = err.strip().splitlines()
@@ -118,6 +147,7 @@ def test_ppo_refuses_an_sft_model_below_its_recipes_floor_in_one_line(workdir, m
     assert code == 5, err
     assert len(lines) == 1 and lines[0].startswith("dtppo: ") and "17.6 %" in lines[0] and "90.0 %" in lines[0], lines
     assert "Traceback" not in out + err
-    control = _dtppo(["ppo", demo, f"sft.output_dir={sft}", "sft.min_accuracy=0.1", "ppo.max_num_steps=1"], workdir,
-                     debug=False)
+    control = _dtppo(
+        ["ppo", demo, f"sft.output_dir={sft}", "sft.min_accuracy=0.1", "ppo.max_num_steps=1"], workdir, debug=False
+    )
     assert control.returncode != 5 and "sft.min_accuracy" not in control.stderr  # a lower floor lets it go on

@@ -14,12 +14,24 @@ import pytest
 from conftest import REPO, read_jsonl, run_cli, run_cli_in_process
 
 BASE = str(REPO / "recipes" / "base.yaml")
-FAST = ["policy.generation.max_new_tokens=8", "ppo.max_num_steps=2", "ppo.num_prompts_per_step=8", "ppo.val_period=2",
-        "ppo.max_val_samples=8", "ppo.val_batch_size=8", "policy.train_global_batch_size=8",
-        "policy.train_micro_batch_size=8", "value.train_global_batch_size=8", "value.train_micro_batch_size=8",
-        "checkpointing.enabled=false", "logger.tensorboard=false", "logger.progress=false", "reward.num_workers=1"]
+FAST = [
+    "policy.generation.max_new_tokens=8",
+    "ppo.max_num_steps=2",
+    "ppo.num_prompts_per_step=8",
+    "ppo.val_period=2",
+    "ppo.max_val_samples=8",
+    "ppo.val_batch_size=8",
+    "policy.train_global_batch_size=8",
+    "policy.train_micro_batch_size=8",
+    "value.train_global_batch_size=8",
+    "value.train_micro_batch_size=8",
+    "checkpointing.enabled=false",
+    "logger.tensorboard=false",
+    "logger.progress=false",
+    "reward.num_workers=1",
+]
 
-REWARDS = '''
+REWARDS = """
 import json, os
 
 def _record(name, prompts, completions, kwargs):
@@ -44,7 +56,7 @@ def needs_label(completions, label, **kwargs):
     return [0.0] * len(completions)
 
 SCORE = 1.0
-'''
+"""
 
 
 def _rows(count: int) -> list[dict]:
@@ -62,8 +74,17 @@ def task(tmp_path) -> Path:
 
 
 def _args(task: Path, functions: str, data: str = "train.jsonl", *extra: str) -> list[str]:
-    return ["ppo", BASE, "data.task=custom", f"data.train.path={data}", f"data.validation.path={data}",
-            f"reward.functions={functions}", "logger.log_dir=log", *FAST, *extra]
+    return [
+        "ppo",
+        BASE,
+        "data.task=custom",
+        f"data.train.path={data}",
+        f"data.validation.path={data}",
+        f"reward.functions={functions}",
+        "logger.log_dir=log",
+        *FAST,
+        *extra,
+    ]
 
 
 def _env(task: Path) -> dict:
@@ -71,13 +92,16 @@ def _env(task: Path) -> dict:
 
 
 def _run(task: Path, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dtppo", *args], cwd=task, env=_env(task), capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "dtppo", *args], cwd=task, env=_env(task), capture_output=True, text=True, timeout=600
+    )
 
 
 def test_a_reward_file_gets_the_rows_columns_and_the_total_is_the_weighted_sum(task):
-    proc = _run(task, _args(task, "[rewards.py:length_score, rewards.py:topic_score]", "train.jsonl",
-                            "reward.weights=[0.5, 2.0]"))
+    proc = _run(
+        task,
+        _args(task, "[rewards.py:length_score, rewards.py:topic_score]", "train.jsonl", "reward.weights=[0.5, 2.0]"),
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {r["prompt"]: r for r in _rows(40)}
     records = [r for r in read_jsonl(task / "record.jsonl") if r["fn"] == "length_score"]
@@ -108,16 +132,25 @@ def test_a_trl_style_function_on_chat_messages(task):
 
 # (reward.functions, overrides, the one line's fragment, found in a rank): a spec is checked when the recipe loads,
 # in the CLI's own process (run here through dtppo.cli.main); the rest only once ranks read the rows or score.
-@pytest.mark.parametrize("functions, extra, fragment, in_a_rank", [
-    ("[missing.py:f]", [], "reward.functions[0]: reward function 'missing.py:f': file not found: missing.py", False),
-    ("[rewards.py:absent]", [], "rewards.py has no 'absent'", False),
-    ("[rewards.py:SCORE]", [], "SCORE is a float, not callable", False),
-    ("[rewards.py:needs_label]", [], "needs a column 'label' that the rows do not have", True),
-    ("[rewards.py:topic_score]", ["data.prompt_key=query"], "no usable rows (40 bad: missing_query: 40)", True),
-    ("[rewards.py:raises]", [], "rewards.py:raises' raised ZeroDivisionError: no reward today", True),
-])
-def test_bad_reward_inputs_exit_2_with_one_line_before_a_step(task, functions, extra, fragment, in_a_rank,
-                                                              monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "functions, extra, fragment, in_a_rank",
+    [
+        (
+            "[missing.py:f]",
+            [],
+            "reward.functions[0]: reward function 'missing.py:f': file not found: missing.py",
+            False,
+        ),
+        ("[rewards.py:absent]", [], "rewards.py has no 'absent'", False),
+        ("[rewards.py:SCORE]", [], "SCORE is a float, not callable", False),
+        ("[rewards.py:needs_label]", [], "needs a column 'label' that the rows do not have", True),
+        ("[rewards.py:topic_score]", ["data.prompt_key=query"], "no usable rows (40 bad: missing_query: 40)", True),
+        ("[rewards.py:raises]", [], "rewards.py:raises' raised ZeroDivisionError: no reward today", True),
+    ],
+)
+def test_bad_reward_inputs_exit_2_with_one_line_before_a_step(
+    task, functions, extra, fragment, in_a_rank, monkeypatch, capsys
+):
     args = _args(task, functions, "train.jsonl", *extra)
     if in_a_rank:
         proc = _run(task, args)
@@ -134,23 +167,48 @@ def test_bad_reward_inputs_exit_2_with_one_line_before_a_step(task, functions, e
 def test_the_readme_example_runs(tmp_path):
     """examples/: the dataset script, the reward file and the recipe, as README "Your own task" runs them."""
     data = tmp_path / "number-task"
-    subprocess.run([sys.executable, str(REPO / "examples" / "make_number_task.py"), str(data)], check=True,
-                   capture_output=True)
-    run_cli(["ppo", REPO / "examples" / "number-task.yaml", f"data.train.path={data / 'train.jsonl'}",
-             f"data.validation.path={data / 'test.jsonl'}", f"logger.log_dir={tmp_path / 'log'}",
-             "checkpointing.enabled=false", "ppo.max_num_steps=2", "ppo.val_period=2", "ppo.max_val_samples=16",
-             "reward.num_workers=1"],
-            cwd=REPO)
+    subprocess.run(
+        [sys.executable, str(REPO / "examples" / "make_number_task.py"), str(data)], check=True, capture_output=True
+    )
+    run_cli(
+        [
+            "ppo",
+            REPO / "examples" / "number-task.yaml",
+            f"data.train.path={data / 'train.jsonl'}",
+            f"data.validation.path={data / 'test.jsonl'}",
+            f"logger.log_dir={tmp_path / 'log'}",
+            "checkpointing.enabled=false",
+            "ppo.max_num_steps=2",
+            "ppo.val_period=2",
+            "ppo.max_val_samples=16",
+            "reward.num_workers=1",
+        ],
+        cwd=REPO,
+    )
     steps = [m for m in read_jsonl(tmp_path / "log" / "metrics.jsonl") if "train/reward" in m]
     assert len(steps) == 2 and 0.0 <= steps[0]["train/reward/digit_share"] <= 1.0
 
 
 def test_math_rows_train_with_the_math_verifier(tmp_path):
-    rows = [{"problem": f"What is {i} halves?", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{2}}}}$.", "level": "1"}
-            for i in range(1, 17)]
+    rows = [
+        {"problem": f"What is {i} halves?", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{2}}}}$.", "level": "1"}
+        for i in range(1, 17)
+    ]
     (tmp_path / "math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run_cli(["ppo", BASE, "data.task=math", "data.train.path=math.jsonl", "data.validation.path=math.jsonl",
-             "logger.log_dir=log", *FAST, "ppo.max_num_steps=1", "ppo.val_period=1"], cwd=tmp_path)
+    run_cli(
+        [
+            "ppo",
+            BASE,
+            "data.task=math",
+            "data.train.path=math.jsonl",
+            "data.validation.path=math.jsonl",
+            "logger.log_dir=log",
+            *FAST,
+            "ppo.max_num_steps=1",
+            "ppo.val_period=1",
+        ],
+        cwd=tmp_path,
+    )
     records = read_jsonl(tmp_path / "log" / "metrics.jsonl")
     step = next(m for m in records if "train/reward" in m)
     assert step["train/reward"] == step["train/reward/math"]  # the task's verifier is the default reward

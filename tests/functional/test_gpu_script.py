@@ -14,20 +14,50 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-STEP_FIELDS = ["tokens_per_s", "generated_tokens_per_s", "model_flops_per_step_estimate", "achieved_tflops",
-               "peak_tflops", "peak_fraction", "tokens_per_step"]
-CHECK_FIELDS = ["logprob_max_abs_diff", "logprob_mean_abs_diff", "value_max_abs_diff", "policy_loss_diff",
-                "critic_loss_diff", "policy_grad_norm_rel_diff", "critic_grad_norm_rel_diff"]
+STEP_FIELDS = [
+    "tokens_per_s",
+    "generated_tokens_per_s",
+    "model_flops_per_step_estimate",
+    "achieved_tflops",
+    "peak_tflops",
+    "peak_fraction",
+    "tokens_per_step",
+]
+CHECK_FIELDS = [
+    "logprob_max_abs_diff",
+    "logprob_mean_abs_diff",
+    "value_max_abs_diff",
+    "policy_loss_diff",
+    "critic_loss_diff",
+    "policy_grad_norm_rel_diff",
+    "critic_grad_norm_rel_diff",
+]
 # PPOTrainer.step's named phases, as the trainer itself reports them.
-PHASES = {"prompts", "generation", "reward", "value_inference", "policy_logprobs", "advantages", "critic_update",
-          "policy_update", "share_metrics", "step"}
+PHASES = {
+    "prompts",
+    "generation",
+    "reward",
+    "value_inference",
+    "policy_logprobs",
+    "advantages",
+    "critic_update",
+    "policy_update",
+    "share_metrics",
+    "step",
+}
 
 
 def test_gpu_script_cpu_fallback(tmp_path):
     out = tmp_path / "gpu.json"
     env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(["bash", str(REPO / "bench" / "gpu.sh"), "--cpu", "--out", str(out)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", str(REPO / "bench" / "gpu.sh"), "--cpu", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["mode"] == "cpu-fallback" and result["command"].startswith("bash bench/gpu.sh")
@@ -72,4 +102,4 @@ def test_gpu_script_cpu_fallback(tmp_path):
 def test_cpu_fallback_never_writes_the_gpu_result(tmp_path):
     """Without --out a CPU run goes to runs/, so a smoke test cannot land as bench/results/gpu.json."""
     source = (REPO / "bench" / "gpu_check.py").read_text()
-    assert '"runs" / "gpu-check-cpu.json"' in source and 'if cuda else' in source
+    assert '"runs" / "gpu-check-cpu.json"' in source and "if cuda else" in source

@@ -14,9 +14,20 @@ GRPO = ["ppo.advantage_estimator=grpo", "ppo.num_prompts_per_step=8", "ppo.num_g
 
 
 def _args(sft_dir):
-    return ["ppo", TINY, *FAST, *GRPO, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=2", "ppo.ppo_epochs=2",
-            "ppo.val_period=2", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt",
-            "checkpointing.save_period=1", "checkpointing.keep_last=5"]
+    return [
+        "ppo",
+        TINY,
+        *FAST,
+        *GRPO,
+        f"sft.output_dir={sft_dir}",
+        "ppo.max_num_steps=2",
+        "ppo.ppo_epochs=2",
+        "ppo.val_period=2",
+        "logger.log_dir=log",
+        "checkpointing.checkpoint_dir=ckpt",
+        "checkpointing.save_period=1",
+        "checkpointing.keep_last=5",
+    ]
 
 
 def test_grpo_trains_the_policy_without_a_critic(sft_dir, tmp_path):

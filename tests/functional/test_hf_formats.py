@@ -21,12 +21,26 @@ from dtppo.models.value import ValueModel
 from hf_fixtures import GSM8K_TEST, GSM8K_TRAIN
 
 MAX_NEW = 32
-FAST = ["ppo.init_from_sft=false", "data.task=gsm8k", "ppo.max_num_steps=2", "ppo.num_prompts_per_step=8",
-        "ppo.num_generations_per_prompt=2", "ppo.val_period=2", "ppo.max_val_samples=8", "ppo.val_batch_size=8",
-        f"policy.generation.max_new_tokens={MAX_NEW}", "policy.train_global_batch_size=8",
-        "policy.train_micro_batch_size=4", "value.train_global_batch_size=8", "value.train_micro_batch_size=4",
-        "logger.tensorboard=false", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt",
-        "checkpointing.save_period=2", "reward.num_workers=1"]
+FAST = [
+    "ppo.init_from_sft=false",
+    "data.task=gsm8k",
+    "ppo.max_num_steps=2",
+    "ppo.num_prompts_per_step=8",
+    "ppo.num_generations_per_prompt=2",
+    "ppo.val_period=2",
+    "ppo.max_val_samples=8",
+    "ppo.val_batch_size=8",
+    f"policy.generation.max_new_tokens={MAX_NEW}",
+    "policy.train_global_batch_size=8",
+    "policy.train_micro_batch_size=4",
+    "value.train_global_batch_size=8",
+    "value.train_micro_batch_size=4",
+    "logger.tensorboard=false",
+    "logger.log_dir=log",
+    "checkpointing.checkpoint_dir=ckpt",
+    "checkpointing.save_period=2",
+    "reward.num_workers=1",
+]
 VLLM = ["policy.generation.backend=vllm", "policy.generation.vllm_kv_cache_mib=64"]
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 
@@ -37,8 +51,10 @@ def _rows(source: Path, target: Path, count: int) -> Path:
 
 
 def _ppo(model: Path, cwd: Path, *extra: str):
-    data = [f"data.train.path={_rows(GSM8K_TRAIN, cwd / 'train.jsonl', 64)}",
-            f"data.validation.path={_rows(GSM8K_TEST, cwd / 'test.jsonl', 8)}"]
+    data = [
+        f"data.train.path={_rows(GSM8K_TRAIN, cwd / 'train.jsonl', 64)}",
+        f"data.validation.path={_rows(GSM8K_TEST, cwd / 'test.jsonl', 8)}",
+    ]
     args = [TINY, *FAST, f"policy.model.path={model}", *data, *extra]
     return args, run_cli(["ppo", *args], cwd)
 
@@ -80,7 +96,12 @@ def test_qwen_format_torch_at_two_ranks_then_eval_export_and_reload(qwen_dir, tm
     # the checkpoint carries the configs and the tokenizer, and the tied embedding once
     step_dir = tmp_path / "ckpt" / "step_2"
     assert sorted(p.name for p in (step_dir / "hf" / "policy").iterdir()) == [
-        "chat_template.jinja", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     saved = checkpoint_tensors(step_dir, tmp_path)
     assert "policy.model.model.embed_tokens.weight" in saved and "policy.model.lm_head.weight" not in saved
     shutil.rmtree(model)  # export needs only the checkpoint
@@ -92,11 +113,14 @@ def test_qwen_format_torch_at_two_ranks_then_eval_export_and_reload(qwen_dir, tm
     for name, tensor in policy.state_dict().items():
         source = "model.embed_tokens.weight" if name == "lm_head.weight" else name
         assert torch.equal(tensor, saved[f"policy.model.{source}"]), name
-    assert policy.generation_config.eos_token_id == [tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                                                     tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    assert policy.generation_config.eos_token_id == [
+        tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    ]
     assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Tom has 3 apples."}], tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tom has 3 apples."}], tokenize=False, add_generation_prompt=True
+    )
     assert prompt.endswith("<|im_start|>assistant\n") and "You are a helpful assistant." in prompt
     critic = ValueModel.from_pretrained(tmp_path / "hf" / "critic")
     for name, tensor in critic.state_dict().items():

@@ -17,16 +17,14 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import (PAUSE_ENV, KillPoint, RunSpec, checkpoint_tensors, comparable_metrics,  # noqa: E402
-                     kill_at, launch)
+from killing import PAUSE_ENV, KillPoint, RunSpec, checkpoint_tensors, comparable_metrics, kill_at, launch  # noqa: E402
 
 
 @pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_kill_before_the_rename_resumes_from_the_previous_step_and_reproduces_the_run(tmp_path, ranks):
     spec, ckpt, log = RunSpec(steps=2, ranks=ranks), tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"
     point = KillPoint("checkpoint", 0.1, save=2, pause_s=0.4, wait_for="manifest.json")
-    kill = kill_at(launch(spec, tmp_path, "run", {PAUSE_ENV: str(point.pause_s)}), point, ckpt, 0.0,
-                   random.Random(0))
+    kill = kill_at(launch(spec, tmp_path, "run", {PAUSE_ENV: str(point.pause_s)}), point, ckpt, 0.0, random.Random(0))
     assert kill.killed and kill.stage == "tmp_step_2: manifest written, before rename", kill
     assert kill.steps_on_disk == [1] and kill.tmp_dirs == ["tmp_step_2"] and kill.step_dirs_verified
     assert kill.leftover_processes == 0
@@ -36,13 +34,15 @@ def test_kill_before_the_rename_resumes_from_the_previous_step_and_reproduces_th
 
     resumed = launch(spec, tmp_path, "run")
     assert resumed.wait(timeout=900) == 0, (tmp_path / "run.1.log").read_text()[-3000:]
-    resumed_lines = [l for l in (tmp_path / "run.1.log").read_text().splitlines() if l.startswith("resumed from")]
+    log = (tmp_path / "run.1.log").read_text()
+    resumed_lines = [line for line in log.splitlines() if line.startswith("resumed from")]
     assert len(resumed_lines) == 1 and resumed_lines[0].endswith("run/ckpt/step_1"), resumed_lines
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_1", "step_2"]  # the leftover is gone
     assert comparable_metrics(log) == reference_metrics
     a, b = checkpoint_tensors(ckpt / "step_2"), checkpoint_tensors(tmp_path / "reference_step_2")
     assert a.keys() == b.keys() and any(".optim." in k for k in a)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    state, reference = (torch.load(p / "trainer.pt", weights_only=True) for p in (ckpt / "step_2",
-                                                                                   tmp_path / "reference_step_2"))
+    state, reference = (
+        torch.load(p / "trainer.pt", weights_only=True) for p in (ckpt / "step_2", tmp_path / "reference_step_2")
+    )
     assert state["loader"] == reference["loader"] and state["steps_done"] == reference["steps_done"] == 2

@@ -4,8 +4,8 @@ Setting (docs/learning.md): the tiny-math task narrowed to one operation on numb
 (SFT_TO_PLATEAU), then the 40-step careless stage that plants bare wrong `#### N` answers. PPO removes the
 shortcut within ~5 steps. Measured with the plateau SFT (issue 19), validation accuracy at PPO steps 0/5/10/15/20:
 AVX2 kernels: SFT 98.4 % -> 17.2 % after the careless stage, then .172/.754/.895/.965/.977; AVX-512 kernels: SFT
-99.2 % -> 2.0 %, then .020/.914/.992/.992/.996. The gates (a >30-point drop from the careless stage, a 15-point lift of the
-mean of steps 15 and 20 over step 0) pass on both by ~50 points. The flipped-policy-loss control (accuracy falls)
+99.2 % -> 2.0 %, then .020/.914/.992/.992/.996. The gates (a >30-point drop from the careless stage, a 15-point lift
+of the mean of steps 15 and 20 over step 0) pass on both by ~50 points. The flipped-policy-loss control (accuracy falls)
 was measured with the earlier 450-step SFT (docs/learning.md).
 
 The critic's gate and its negative control: see EV_GATE.
@@ -20,8 +20,12 @@ import pytest
 from conftest import TINY, read_jsonl, run_cli
 from dtppo.logging import explained_var_mean
 
-EASY = ["data.tiny_math.max_number=10", "data.tiny_math.max_ops=1", "logger.tensorboard=false",
-        "checkpointing.enabled=false"]
+EASY = [
+    "data.tiny_math.max_number=10",
+    "data.tiny_math.max_ops=1",
+    "logger.tensorboard=false",
+    "checkpointing.enabled=false",
+]
 # SFT to its plateau, so the gates below hold on any CPU's kernels: a 450-step SFT stopped mid-climb (65 % on
 # AVX-512 kernels, 84.8 % on AVX2 ones). This task's curve (1500-step cosine, AVX-512): 8.6 / 9.8 / 23.0 / 47.2 /
 # 67.9 / 89.4 / 91.4 / 90.2 / 94.1 % at steps 100..900; an 800-step cosine ends its climb sooner.
@@ -43,9 +47,21 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def learning_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("learning")
-    run_cli(["ppo", TINY, *EASY, *SFT_TO_PLATEAU, "sft.careless_stage.num_steps=40", "sft.output_dir=sft",
-             "ppo.max_num_steps=20", "ppo.val_period=5", "logger.log_dir=ppo"],
-            cwd, timeout=3600)  # SFT + PPO: ~4 min when idle; 28 min of SFT alone was measured on a loaded machine
+    run_cli(
+        [
+            "ppo",
+            TINY,
+            *EASY,
+            *SFT_TO_PLATEAU,
+            "sft.careless_stage.num_steps=40",
+            "sft.output_dir=sft",
+            "ppo.max_num_steps=20",
+            "ppo.val_period=5",
+            "logger.log_dir=ppo",
+        ],
+        cwd,
+        timeout=3600,
+    )  # SFT + PPO: ~4 min when idle; 28 min of SFT alone was measured on a loaded machine
     return cwd
 
 
@@ -62,8 +78,11 @@ def test_ppo_recovers_accuracy_from_the_planted_shortcut(learning_run):
     # stage's end differs between kernel sets even from converged models (98.4 % -> 17.2 % on AVX2 kernels, 99.2 % ->
     # 2.0 % on AVX-512 ones).
     assert sft["sft/accuracy"] - sft["sft/accuracy_after_careless_stage"] > 0.3
-    val = {r["step"]: r["validation/accuracy"] for r in read_jsonl(learning_run / "ppo" / "metrics.jsonl")
-           if "validation/accuracy" in r}
+    val = {
+        r["step"]: r["validation/accuracy"]
+        for r in read_jsonl(learning_run / "ppo" / "metrics.jsonl")
+        if "validation/accuracy" in r
+    }
     start, late = val[0], (val[15] + val[20]) / 2
     # +15 points is ~5 standard errors on 256 problems. Measured gains with the plateau SFT: +80 points on AVX2
     # kernels (module docstring); with the earlier 450-step SFT +22.6 to +47, and a flipped policy loss lost accuracy.
@@ -75,9 +94,20 @@ def test_the_critic_learns_and_a_critic_without_gradient_does_not(learning_run, 
     assert learned > EV_GATE
     # Negative control: the same SFT model and seed, the critic's gradient switched off (dtppo.faults).
     monkeypatch.setenv("DTPPO_TEST_VALUE_GRAD", "off")
-    run_cli(["ppo", TINY, *EASY, "sft.output_dir=sft", f"ppo.max_num_steps={NEGATIVE_STEPS}",
-             "ppo.val_at_start=false", f"ppo.val_period={NEGATIVE_STEPS}", "ppo.max_val_samples=32",
-             "logger.log_dir=frozen_critic"], learning_run)
+    run_cli(
+        [
+            "ppo",
+            TINY,
+            *EASY,
+            "sft.output_dir=sft",
+            f"ppo.max_num_steps={NEGATIVE_STEPS}",
+            "ppo.val_at_start=false",
+            f"ppo.val_period={NEGATIVE_STEPS}",
+            "ppo.max_val_samples=32",
+            "logger.log_dir=frozen_critic",
+        ],
+        learning_run,
+    )
     frozen = read_jsonl(learning_run / "frozen_critic" / "metrics.jsonl")
     last = frozen[-1]
     # a critic ran and had a loss, but no gradient reached it

@@ -14,8 +14,20 @@ CORRECTION = ["ppo.seq_logprob_error_threshold=1.5", "loss.rollout_is=sequence",
 
 def test_mismatch_correction_engages_on_the_mismatched_samples_only(sft_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("DTPPO_TEST_GEN_LOGPROB_ERROR", "0.3")
-    run_cli(["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=1", "ppo.val_at_start=false",
-             "checkpointing.enabled=false", "logger.log_dir=log", *CORRECTION], tmp_path)
+    run_cli(
+        [
+            "ppo",
+            TINY,
+            *FAST,
+            f"sft.output_dir={sft_dir}",
+            "ppo.max_num_steps=1",
+            "ppo.val_at_start=false",
+            "checkpointing.enabled=false",
+            "logger.log_dir=log",
+            *CORRECTION,
+        ],
+        tmp_path,
+    )
     (r,) = read_jsonl(tmp_path / "log" / "metrics.jsonl")
     assert math.isfinite(r["train/loss"]) and math.isfinite(r["train/critic/loss"])
     # Exactly the i mod 3 = 2 samples: neither the unperturbed nor the mildly perturbed ones.

@@ -17,10 +17,21 @@ RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2
 
 
 def _args(sft_dir, name, steps, workers, *extra):
-    return ["ppo", TINY, *FAST, *RANK_MICRO, f"sft.output_dir={sft_dir}", f"ppo.max_num_steps={steps}",
-            "ppo.val_period=2", f"cluster.workers_per_node={workers}", f"logger.log_dir={name}/log",
-            f"checkpointing.checkpoint_dir={name}/ckpt", "checkpointing.save_period=2", "checkpointing.keep_last=5",
-            *extra]
+    return [
+        "ppo",
+        TINY,
+        *FAST,
+        *RANK_MICRO,
+        f"sft.output_dir={sft_dir}",
+        f"ppo.max_num_steps={steps}",
+        "ppo.val_period=2",
+        f"cluster.workers_per_node={workers}",
+        f"logger.log_dir={name}/log",
+        f"checkpointing.checkpoint_dir={name}/ckpt",
+        "checkpointing.save_period=2",
+        "checkpointing.keep_last=5",
+        *extra,
+    ]
 
 
 def _metrics(cwd, name, step):
@@ -105,9 +116,22 @@ def test_same_entry_point_under_torchrun(runs, sft_dir):
 
     args = _args(sft_dir, "torchrun", 1, 2)[1:]  # drop the "ppo" sub-command; it is given below
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dtppo", "ppo",
-         *args],
-        cwd=runs, env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "dtppo",
+            "ppo",
+            *args,
+        ],
+        cwd=runs,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     launched, spawned = _metrics(runs, "torchrun", 1), _metrics(runs, "dp2", 1)
@@ -120,10 +144,24 @@ def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(sft_dir, tm
     """The recipe's micro-batch (32) is more than a rank's share of FAST's global batch at dp=2 (4 of 8): it is
     clamped to the share, rank 0 says so once per model, and the step runs."""
     fast = [a for a in FAST if "micro_batch_size" not in a]
-    proc = run_cli(["ppo", TINY, *fast, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=1", "ppo.val_at_start=false",
-                    "cluster.workers_per_node=2", "logger.log_dir=log", "checkpointing.enabled=false"], tmp_path)
+    proc = run_cli(
+        [
+            "ppo",
+            TINY,
+            *fast,
+            f"sft.output_dir={sft_dir}",
+            "ppo.max_num_steps=1",
+            "ppo.val_at_start=false",
+            "cluster.workers_per_node=2",
+            "logger.log_dir=log",
+            "checkpointing.enabled=false",
+        ],
+        tmp_path,
+    )
     assert proc.stdout.count("per-rank sizes clamped") == 2, proc.stdout
-    assert "policy: per-rank sizes clamped to a rank's share over 2 data-parallel ranks: " \
-           "train_micro_batch_size 32 -> 4, logprob_batch_size 64 -> 8" in proc.stdout
+    assert (
+        "policy: per-rank sizes clamped to a rank's share over 2 data-parallel ranks: "
+        "train_micro_batch_size 32 -> 4, logprob_batch_size 64 -> 8" in proc.stdout
+    )
     trained = [r for r in read_jsonl(tmp_path / "log" / "metrics.jsonl") if "train/loss" in r]
     assert [r["step"] for r in trained] == [1] and trained[0]["train/critic/loss"] >= 0

@@ -20,12 +20,15 @@ def test_nonfinite_steps_are_skipped_counted_and_a_streak_stops_the_run(tmp_path
     # Step 2's first is NaN (an isolated skip); all of step 3 and the first of step 4 make a streak of 3.
     env = dict(os.environ, PYTHONUNBUFFERED="1", DTPPO_TEST_NONFINITE="policy:2,4,5,6")
     args = RunSpec(steps=5).args("run")
-    proc = subprocess.run([sys.executable, "-m", "dtppo", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtppo", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("dtppo: error")]
-    assert errors == ["dtppo: error: policy: 3 consecutive optimizer steps had a non-finite loss or gradient "
-                      "(limit ppo.max_consecutive_nonfinite_steps = 3); stopping, the last checkpoint is unaffected"]
+    assert errors == [
+        "dtppo: error: policy: 3 consecutive optimizer steps had a non-finite loss or gradient "
+        "(limit ppo.max_consecutive_nonfinite_steps = 3); stopping, the last checkpoint is unaffected"
+    ]
     assert "Traceback" not in proc.stderr
 
     records = {r["step"]: r for r in read_jsonl(tmp_path / "run/log/metrics.jsonl")}

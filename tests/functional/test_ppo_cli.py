@@ -13,9 +13,19 @@ from dtppo.models.value import ValueModel
 @pytest.fixture(scope="module")
 def ppo_run(sft_dir, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("ppo")
-    args = ["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=2", "ppo.ppo_epochs=2",
-            "ppo.val_period=2", "loss.ratio_clip_c=3.0", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt",
-            "checkpointing.save_period=2"]
+    args = [
+        "ppo",
+        TINY,
+        *FAST,
+        f"sft.output_dir={sft_dir}",
+        "ppo.max_num_steps=2",
+        "ppo.ppo_epochs=2",
+        "ppo.val_period=2",
+        "loss.ratio_clip_c=3.0",
+        "logger.log_dir=log",
+        "checkpointing.checkpoint_dir=ckpt",
+        "checkpointing.save_period=2",
+    ]
     proc = run_cli(args, cwd)
     return cwd, proc
 
@@ -47,8 +57,7 @@ def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
     cwd, _ = ppo_run
     assert sorted(p.name for p in (cwd / "ckpt").iterdir()) == ["step_2"]
     step_dir = cwd / "ckpt" / "step_2"
-    assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "hf", "manifest.json", "trainer.pt",
-                                                          "weights"]
+    assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "hf", "manifest.json", "trainer.pt", "weights"]
     state = torch.load(step_dir / "trainer.pt", weights_only=True)
     assert state["steps_done"] == 2 and state["loader"]["offset"] == 32
     saved = checkpoint_tensors(step_dir, tmp_path)
@@ -98,8 +107,20 @@ def test_bad_override_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
     ids=["kl-in-reward", "kl-in-loss", "critic-warmup"],
 )
 def test_one_step_variants(sft_dir, tmp_path, extra, policy_trained):
-    run_cli(["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=1", "ppo.val_at_start=false",
-             "checkpointing.enabled=false", "logger.log_dir=log", *extra], tmp_path)
+    run_cli(
+        [
+            "ppo",
+            TINY,
+            *FAST,
+            f"sft.output_dir={sft_dir}",
+            "ppo.max_num_steps=1",
+            "ppo.val_at_start=false",
+            "checkpointing.enabled=false",
+            "logger.log_dir=log",
+            *extra,
+        ],
+        tmp_path,
+    )
     (record,) = read_jsonl(tmp_path / "log" / "metrics.jsonl")
     assert record["step"] == 1 and math.isfinite(record["train/critic/loss"])
     assert ("train/probs_ratio" in record) == policy_trained

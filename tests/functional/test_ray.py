@@ -20,9 +20,19 @@ RAY_BIN = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def _args(sft_dir, name, steps, *extra):
-    return ["ppo", TINY, *FAST, *RANK_MICRO, f"sft.output_dir={sft_dir}", f"ppo.max_num_steps={steps}",
-            "ppo.val_period=2", f"logger.log_dir={name}/log", f"checkpointing.checkpoint_dir={name}/ckpt",
-            "checkpointing.save_period=1", *extra]
+    return [
+        "ppo",
+        TINY,
+        *FAST,
+        *RANK_MICRO,
+        f"sft.output_dir={sft_dir}",
+        f"ppo.max_num_steps={steps}",
+        "ppo.val_period=2",
+        f"logger.log_dir={name}/log",
+        f"checkpointing.checkpoint_dir={name}/ckpt",
+        "checkpointing.save_period=1",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -48,8 +58,18 @@ def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
     token = Path.home() / ".ray" / "auth_token"
     token_before = token.stat().st_mtime if token.exists() else None
     run_cli(_args(sft_dir, "local", 2, "cluster.workers_per_node=2"), tmp_path)
-    proc = run_cli(_args(sft_dir, "ray", 2, "cluster.workers_per_node=2", "cluster.backend=ray", "reward.num_workers=2",
-                         f"cluster.ray_temp_dir={ray_tmp}"), tmp_path)
+    proc = run_cli(
+        _args(
+            sft_dir,
+            "ray",
+            2,
+            "cluster.workers_per_node=2",
+            "cluster.backend=ray",
+            "reward.num_workers=2",
+            f"cluster.ray_temp_dir={ray_tmp}",
+        ),
+        tmp_path,
+    )
     assert "ranks placed on Ray nodes: rank 0 ->" in proc.stdout
     local = [_comparable(r) for r in read_jsonl(tmp_path / "local/log/metrics.jsonl")]
     remote = [_comparable(r) for r in read_jsonl(tmp_path / "ray/log/metrics.jsonl")]
@@ -74,11 +94,29 @@ def token_cluster(ray_tmp, monkeypatch):
         token = secrets.token_hex(32)
         env = _token_env(token)
         port = 6400 + os.getpid() % 500
-        subprocess.run([RAY_BIN, "start", "--head", f"--port={port}", f"--temp-dir={ray_tmp}",
-                        "--include-dashboard=false", *common], env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                RAY_BIN,
+                "start",
+                "--head",
+                f"--port={port}",
+                f"--temp-dir={ray_tmp}",
+                "--include-dashboard=false",
+                *common,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         for _ in range(num_nodes - 1):
-            subprocess.run([RAY_BIN, "start", f"--address=127.0.0.1:{port}", *common], env=env, check=True,
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                [RAY_BIN, "start", f"--address=127.0.0.1:{port}", *common],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED"):
             monkeypatch.setenv(key, env[key])
         return f"127.0.0.1:{port}", token
@@ -93,9 +131,19 @@ def token_cluster(ray_tmp, monkeypatch):
 @pytest.mark.slow
 def test_two_node_ray_cluster_places_a_rank_on_each_node(sft_dir, tmp_path, token_cluster):
     address, _ = token_cluster(num_nodes=2)
-    proc = run_cli(_args(sft_dir, "two_nodes", 2, "cluster.num_nodes=2", "cluster.workers_per_node=1",
-                         "cluster.backend=ray", f"cluster.ray_address={address}",
-                         "cluster.ray_placement=spread"), tmp_path)
+    proc = run_cli(
+        _args(
+            sft_dir,
+            "two_nodes",
+            2,
+            "cluster.num_nodes=2",
+            "cluster.workers_per_node=1",
+            "cluster.backend=ray",
+            f"cluster.ray_address={address}",
+            "cluster.ray_placement=spread",
+        ),
+        tmp_path,
+    )
     line = next(x for x in proc.stdout.splitlines() if x.startswith("ranks placed on Ray nodes"))
     nodes = {part.split("->")[1].strip() for part in line.split(":", 1)[1].split(",")}
     assert len(nodes) == 2, line
@@ -105,10 +153,17 @@ def test_two_node_ray_cluster_places_a_rank_on_each_node(sft_dir, tmp_path, toke
 
 @pytest.mark.slow
 def test_killed_actor_stops_the_driver_and_the_last_checkpoint_loads(sft_dir, tmp_path, ray_tmp):
-    args = _args(sft_dir, "killed", 50, "cluster.workers_per_node=2", "cluster.backend=ray",
-                 f"cluster.ray_temp_dir={ray_tmp}")
-    driver = subprocess.Popen([sys.executable, "-m", "dtppo", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, env=dict(os.environ, **RAY_ENV))
+    args = _args(
+        sft_dir, "killed", 50, "cluster.workers_per_node=2", "cluster.backend=ray", f"cluster.ray_temp_dir={ray_tmp}"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "dtppo", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, **RAY_ENV),
+    )
     ckpt = tmp_path / "killed" / "ckpt"
     deadline = time.monotonic() + 240
     while not (ckpt / "step_2").is_dir() and time.monotonic() < deadline:
@@ -132,11 +187,13 @@ def test_killed_actor_stops_the_driver_and_the_last_checkpoint_loads(sft_dir, tm
 def test_a_deliberate_stop_keeps_its_exit_code_under_ray(sft_dir, tmp_path, ray_tmp):
     # NaN losses from the first policy step on: every rank stops after the streak limit (3) with exit 3, and the
     # driver must exit 3 too, as a local run does, not with Ray's generic failure.
-    args = _args(sft_dir, "nan", 4, "cluster.workers_per_node=2", "cluster.backend=ray",
-                 f"cluster.ray_temp_dir={ray_tmp}")
+    args = _args(
+        sft_dir, "nan", 4, "cluster.workers_per_node=2", "cluster.backend=ray", f"cluster.ray_temp_dir={ray_tmp}"
+    )
     env = dict(os.environ, PYTHONUNBUFFERED="1", DTPPO_TEST_NONFINITE="policy:0,1,2,3,4,5,6,7", **RAY_ENV)
-    proc = subprocess.run([sys.executable, "-m", "dtppo", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtppo", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 3, out[-3000:]
     assert "consecutive optimizer steps had a non-finite loss or gradient" in out
@@ -149,8 +206,11 @@ def _stop_cluster(temp_dir: str, grace_s: float = 15.0) -> None:
     ``temp_dir`` on their command line; the workers they spawn retitle themselves ``ray::...``, so they are
     found as the daemons' children."""
     daemons = [int(p) for p in _ray_processes(temp_dir)]
-    children = [int(c) for p in daemons for c in subprocess.run(["pgrep", "-P", str(p)], capture_output=True,
-                                                                  text=True).stdout.split()]
+    children = [
+        int(c)
+        for p in daemons
+        for c in subprocess.run(["pgrep", "-P", str(p)], capture_output=True, text=True).stdout.split()
+    ]
     pids = children + daemons
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
@@ -181,20 +241,30 @@ except ConnectionError as err:
 """
 
 
-def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_with_it(sft_dir, tmp_path,
-                                                                                     token_cluster):
+def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_with_it(sft_dir, tmp_path, token_cluster):
     address, _ = token_cluster(num_nodes=1)
     # No token anywhere (an empty HOME has no ~/.ray/auth_token), then a wrong one. A short GCS wait: the
     # refusal itself is immediate, Ray would only retry it for 20 s.
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     base |= {"HOME": str(tmp_path), "RAY_USAGE_STATS_ENABLED": "0", "RAY_gcs_server_port_wait_time_s": "2"}
     for extra in ({}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}):
-        probe = subprocess.run([sys.executable, "-c", _CONNECT, address], env=base | extra, capture_output=True,
-                               text=True, timeout=120)
+        probe = subprocess.run(
+            [sys.executable, "-c", _CONNECT, address], env=base | extra, capture_output=True, text=True, timeout=120
+        )
         assert probe.stdout.startswith("refused:"), probe.stdout + probe.stderr[-2000:]
         assert "InvalidAuthToken" in probe.stderr, probe.stderr[-2000:]  # refused for the token, not the network
 
-    proc = run_cli(_args(sft_dir, "auth", 2, "cluster.workers_per_node=1", "cluster.backend=ray",
-                         f"cluster.ray_address={address}", "ppo.val_at_start=false"), tmp_path)
+    proc = run_cli(
+        _args(
+            sft_dir,
+            "auth",
+            2,
+            "cluster.workers_per_node=1",
+            "cluster.backend=ray",
+            f"cluster.ray_address={address}",
+            "ppo.val_at_start=false",
+        ),
+        tmp_path,
+    )
     assert "ranks placed on Ray nodes: rank 0 ->" in proc.stdout
     assert [r["step"] for r in read_jsonl(tmp_path / "auth/log/metrics.jsonl")] == [1, 2]

@@ -6,9 +6,18 @@ from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
 
 
 def _args(sft_dir, name, steps):
-    return ["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", f"ppo.max_num_steps={steps}", "ppo.val_period=2",
-            f"logger.log_dir={name}/log", f"checkpointing.checkpoint_dir={name}/ckpt", "checkpointing.save_period=2",
-            "checkpointing.keep_last=5"]
+    return [
+        "ppo",
+        TINY,
+        *FAST,
+        f"sft.output_dir={sft_dir}",
+        f"ppo.max_num_steps={steps}",
+        "ppo.val_period=2",
+        f"logger.log_dir={name}/log",
+        f"checkpointing.checkpoint_dir={name}/ckpt",
+        "checkpointing.save_period=2",
+        "checkpointing.keep_last=5",
+    ]
 
 
 def _comparable(record):

@@ -18,12 +18,26 @@ from conftest import REPO, read_jsonl, run_cli
 from reward_model_fixture import train_tiny_reward_model
 
 STEPS = 12
-ARGS = ["data.task=custom", "data.train.path=prompts.jsonl", "data.validation.path=prompts.jsonl",
-        "reward.functions=[]", "checkpointing.enabled=false", "logger.tensorboard=false", "logger.progress=false",
-        "ppo.num_prompts_per_step=32", "ppo.val_at_start=false", "ppo.max_val_samples=8", "ppo.val_batch_size=8",
-        "policy.generation.max_new_tokens=16", "policy.optimizer.lr=1.0e-3", "policy.train_global_batch_size=16",
-        "policy.train_micro_batch_size=16", "value.train_global_batch_size=16", "value.train_micro_batch_size=16",
-        "reward.num_workers=0"]
+ARGS = [
+    "data.task=custom",
+    "data.train.path=prompts.jsonl",
+    "data.validation.path=prompts.jsonl",
+    "reward.functions=[]",
+    "checkpointing.enabled=false",
+    "logger.tensorboard=false",
+    "logger.progress=false",
+    "ppo.num_prompts_per_step=32",
+    "ppo.val_at_start=false",
+    "ppo.max_val_samples=8",
+    "ppo.val_batch_size=8",
+    "policy.generation.max_new_tokens=16",
+    "policy.optimizer.lr=1.0e-3",
+    "policy.train_global_batch_size=16",
+    "policy.train_micro_batch_size=16",
+    "value.train_global_batch_size=16",
+    "value.train_micro_batch_size=16",
+    "reward.num_workers=0",
+]
 
 
 def _run(tmp_path, name: str, *extra: str) -> list[dict]:
@@ -39,8 +53,9 @@ def _gain(records: list[dict]) -> float:
 
 def test_ppo_raises_a_learned_reward_models_score_and_a_zero_weight_control_does_not(tmp_path):
     rm = train_tiny_reward_model(tmp_path / "rm")
-    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": f"Write some sevens, {i}"}) + "\n"
-                                                    for i in range(64)))
+    (tmp_path / "prompts.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"Write some sevens, {i}"}) + "\n" for i in range(64))
+    )
     steps = [f"ppo.max_num_steps={STEPS}", f"ppo.val_period={STEPS}"]
     treated = _run(tmp_path, "rm", f"reward.model.path={rm}", *steps)
     control = _run(tmp_path, "control", f"reward.model.path={rm}", "reward.model.weight=0", *steps)
@@ -52,6 +67,12 @@ def test_ppo_raises_a_learned_reward_models_score_and_a_zero_weight_control_does
     assert treated_gain > 0.15, treated_gain
     assert control_gain < 0.05, control_gain
     # TRL's convention: the critic starts from the RM's backbone and score head (numbers: test_reward_model.py)
-    critic = _run(tmp_path, "critic", f"reward.model.path={rm}", f"value.model.path={rm}", "ppo.max_num_steps=1",
-                  "ppo.val_period=1")
+    critic = _run(
+        tmp_path,
+        "critic",
+        f"reward.model.path={rm}",
+        f"value.model.path={rm}",
+        "ppo.max_num_steps=1",
+        "ppo.val_period=1",
+    )
     assert [r["step"] for r in critic if "train/critic/explained_var" in r] == [1]

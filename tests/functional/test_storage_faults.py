@@ -22,9 +22,15 @@ PR_CAPBSET_DROP, CAP_DAC_OVERRIDE = 24, 1
 
 
 def _launch(cwd, name, steps, preexec_fn=None):
-    return subprocess.run([sys.executable, "-m", "dtppo", *RunSpec(steps=steps).args(name)], cwd=cwd,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=900,
-                          preexec_fn=preexec_fn)
+    return subprocess.run(
+        [sys.executable, "-m", "dtppo", *RunSpec(steps=steps).args(name)],
+        cwd=cwd,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        preexec_fn=preexec_fn,
+    )
 
 
 def _files(step_dir):
@@ -105,6 +111,8 @@ def test_truncated_weights_shard_is_reported_on_resume(base):
     proc = _launch(base, "truncated", 3)
     assert proc.returncode == 4, proc.stderr[-3000:]
     expected = (base / "base/ckpt/step_2/weights/__0_0.distcp").stat().st_size
-    assert _error_line(proc) == (f"dtppo: error: checkpoint {ckpt.resolve()}/step_2 is corrupted: "
-                                 f"{shard.resolve()} has 1000 bytes, expected {expected} (truncated or overwritten); "
-                                 f"step_1 is also there: move step_2 aside to resume from it")
+    assert _error_line(proc) == (
+        f"dtppo: error: checkpoint {ckpt.resolve()}/step_2 is corrupted: "
+        f"{shard.resolve()} has 1000 bytes, expected {expected} (truncated or overwritten); "
+        f"step_1 is also there: move step_2 aside to resume from it"
+    )

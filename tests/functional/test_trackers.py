@@ -25,10 +25,20 @@ pytest.importorskip("mlflow")
 
 from dtppo.trackers import mlflow_name  # noqa: E402
 
-SMALL = ["ppo.num_prompts_per_step=8", "ppo.max_val_samples=8", "ppo.val_batch_size=8",
-         "policy.generation.max_new_tokens=16"]  # the numbers do not matter here, only that they arrive
-TRACKER_KEYS = ["logger.wandb.enabled=true", "logger.wandb.mode=offline", "logger.wandb.project=dtppo-test",
-                "logger.wandb.run_name=resume", "logger.mlflow.enabled=true", "logger.mlflow.experiment=dtppo-test"]
+SMALL = [
+    "ppo.num_prompts_per_step=8",
+    "ppo.max_val_samples=8",
+    "ppo.val_batch_size=8",
+    "policy.generation.max_new_tokens=16",
+]  # the numbers do not matter here, only that they arrive
+TRACKER_KEYS = [
+    "logger.wandb.enabled=true",
+    "logger.wandb.mode=offline",
+    "logger.wandb.project=dtppo-test",
+    "logger.wandb.run_name=resume",
+    "logger.mlflow.enabled=true",
+    "logger.mlflow.experiment=dtppo-test",
+]
 
 
 def _isolated() -> list[str]:
@@ -40,17 +50,41 @@ def _isolated() -> list[str]:
 
 
 def _run(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE="offline", WANDB_SILENT="true",
-               WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
-               WANDB_DATA_DIR=str(tmp_path / "wandb-data"), MLFLOW_ALLOW_FILE_STORE="true",
-               MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true")
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+        WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
+        WANDB_DATA_DIR=str(tmp_path / "wandb-data"),
+        MLFLOW_ALLOW_FILE_STORE="true",
+        MLFLOW_DISABLE_TELEMETRY="true",
+        DO_NOT_TRACK="true",
+    )
     env.pop("WANDB_API_KEY", None)
-    args = ["ppo", TINY, *FAST, *SMALL, "ppo.init_from_sft=false", f"ppo.max_num_steps={steps}",
-            "ppo.val_period=2", "logger.log_dir=log", "checkpointing.checkpoint_dir=ckpt",
-            "checkpointing.save_period=2",
-            *TRACKER_KEYS, f"logger.mlflow.tracking_uri={(tmp_path / 'mlruns').as_uri()}"]
-    proc = subprocess.run([*_isolated(), sys.executable, "-m", "dtppo", *map(str, args)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    args = [
+        "ppo",
+        TINY,
+        *FAST,
+        *SMALL,
+        "ppo.init_from_sft=false",
+        f"ppo.max_num_steps={steps}",
+        "ppo.val_period=2",
+        "logger.log_dir=log",
+        "checkpointing.checkpoint_dir=ckpt",
+        "checkpointing.save_period=2",
+        *TRACKER_KEYS,
+        f"logger.mlflow.tracking_uri={(tmp_path / 'mlruns').as_uri()}",
+    ]
+    proc = subprocess.run(
+        [*_isolated(), sys.executable, "-m", "dtppo", *map(str, args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -64,8 +98,13 @@ def _same(a, b) -> bool:
 def _wandb_history(run_file: Path) -> dict[int, dict]:
     """{step: metrics} of one offline run, read by wandb's own transaction-log reader."""
     wandb_cli = Path(sys.executable).with_name("wandb")
-    out = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(run_file)], capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [str(wandb_cli), "leet", "inspect", "--json", str(run_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     history = {}
     for line in out.splitlines():
         record = json.loads(line)

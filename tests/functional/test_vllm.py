@@ -19,8 +19,10 @@ import pytest
 
 from conftest import FAST, TINY, read_jsonl, run_cli
 
-pytestmark = [pytest.mark.vllm,
-              pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
+]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
 from killing import PAUSE_ENV, KillPoint, RunSpec, comparable_metrics, kill_at, launch  # noqa: E402
@@ -33,8 +35,13 @@ RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2
 def probe(sft_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_probe") / "probe.json"
     script = Path(__file__).with_name("vllm_probe.py")
-    proc = subprocess.run([sys.executable, str(script), str(sft_dir), str(out)], capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(sft_dir), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -71,9 +78,21 @@ def test_seeded_samples_repeat_and_do_not_depend_on_batch_composition(probe):
 
 
 def _args(sft_dir, name, steps, workers, *extra):
-    return ["ppo", TINY, *FAST, *RANK_MICRO, *VLLM, f"sft.output_dir={sft_dir}", f"ppo.max_num_steps={steps}",
-            "ppo.val_period=2", f"cluster.workers_per_node={workers}", f"logger.log_dir={name}/log",
-            f"checkpointing.checkpoint_dir={name}/ckpt", "checkpointing.save_period=2", *extra]
+    return [
+        "ppo",
+        TINY,
+        *FAST,
+        *RANK_MICRO,
+        *VLLM,
+        f"sft.output_dir={sft_dir}",
+        f"ppo.max_num_steps={steps}",
+        "ppo.val_period=2",
+        f"cluster.workers_per_node={workers}",
+        f"logger.log_dir={name}/log",
+        f"checkpointing.checkpoint_dir={name}/ckpt",
+        "checkpointing.save_period=2",
+        *extra,
+    ]
 
 
 def _steps(cwd, name):
@@ -115,8 +134,9 @@ def test_first_step_rollouts_match_across_dp_layouts(cli_runs):
 
 
 def test_eval_scores_the_checkpoint_with_the_engine(cli_runs, sft_dir):
-    proc = run_cli(["eval", TINY, *FAST, *VLLM, f"sft.output_dir={sft_dir}", "checkpointing.checkpoint_dir=dp1/ckpt"],
-                   cli_runs)
+    proc = run_cli(
+        ["eval", TINY, *FAST, *VLLM, f"sft.output_dir={sft_dir}", "checkpointing.checkpoint_dir=dp1/ckpt"], cli_runs
+    )
     logged = _steps(cli_runs, "dp1")[-1]
     accuracy = float(next(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("accuracy")))
     assert accuracy == pytest.approx(logged["validation/accuracy"], abs=1e-4)  # same weights, greedy, same problems
@@ -144,8 +164,7 @@ def test_kill_and_resume_reproduces_the_run(tmp_path):
     extra = (*VLLM, "policy.model.tiny.hidden_size=128")
     spec, ckpt, log = RunSpec(steps=2, extra=extra), tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"
     point = KillPoint("checkpoint", 0.1, save=2, pause_s=0.4, wait_for="manifest.json")
-    kill = kill_at(launch(spec, tmp_path, "run", {PAUSE_ENV: str(point.pause_s)}), point, ckpt, 0.0,
-                   random.Random(0))
+    kill = kill_at(launch(spec, tmp_path, "run", {PAUSE_ENV: str(point.pause_s)}), point, ckpt, 0.0, random.Random(0))
     assert kill.killed and kill.steps_on_disk == [1], kill
     reference = comparable_metrics(log)
     assert [r["step"] for r in reference] == [0, 1, 2]

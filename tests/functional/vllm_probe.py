@@ -38,23 +38,38 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     by_torch = TorchGenerator(worker.model, worker.stop_ids, tok.pad_token_id).sample(prompts, greedy, key, ids)
     tempered = SamplingParams(n, temperature=cfg.policy.generation.temperature)
     whole = responses(worker.sample(prompts, tempered, key, ids))
-    halves = responses(worker.sample(prompts[:8], tempered, key, ids[:8])) + \
-        responses(worker.sample(prompts[8:], tempered, key, ids[8:]))
+    halves = responses(worker.sample(prompts[:8], tempered, key, ids[:8])) + responses(
+        worker.sample(prompts[8:], tempered, key, ids[8:])
+    )
     reversed_order = responses(worker.sample(prompts[::-1], tempered, key, ids.flip(0)))[::-1]
     # 256 prompts (~20k prompt tokens) exceed one scheduler step's token budget: the first 16 rows again.
     crowded = responses(worker.sample(prompts * 16, tempered, key, torch.arange(256)))
     return {
-        "greedy_vllm": responses(by_vllm), "greedy_torch": responses(by_torch),
-        "whole": whole, "rerun": responses(worker.sample(prompts, tempered, key, ids)),
-        "halves": halves, "reversed": reversed_order, "crowded": crowded[:16], "crowded_rows": len(crowded),
+        "greedy_vllm": responses(by_vllm),
+        "greedy_torch": responses(by_torch),
+        "whole": whole,
+        "rerun": responses(worker.sample(prompts, tempered, key, ids)),
+        "halves": halves,
+        "reversed": reversed_order,
+        "crowded": crowded[:16],
+        "crowded_rows": len(crowded),
         "other_key": responses(worker.sample(prompts, tempered, key + 1, ids)),
     }
 
 
 def main(sft_dir: str, out: str) -> None:
-    cfg = config_lib.load(TINY, [*FAST, f"sft.output_dir={sft_dir}", "policy.generation.backend=vllm",
-                                 "policy.generation.temperature=0.7", "policy.optimizer.lr=1e-3",
-                                 "ppo.val_at_start=false", "logger.progress=false"])
+    cfg = config_lib.load(
+        TINY,
+        [
+            *FAST,
+            f"sft.output_dir={sft_dir}",
+            "policy.generation.backend=vllm",
+            "policy.generation.temperature=0.7",
+            "policy.optimizer.lr=1e-3",
+            "ppo.val_at_start=false",
+            "logger.progress=false",
+        ],
+    )
     trainer = PPOTrainer(cfg)
     result = sampling_checks(trainer)
     steps = [trainer.step() for _ in range(STEPS_WITH_REFIT)]
@@ -63,9 +78,11 @@ def main(sft_dir: str, out: str) -> None:
     trainer.policy.worker.generator.refit = lambda trained, version: None
     stale = [trainer.step() for _ in range(STEPS_WITHOUT_REFIT)]
     trainer.rewarder.close()
-    result |= {"errors": [s["train/token_mult_prob_error"] for s in steps],
-               "refit_seconds": [s["timing/weight_refit"] for s in steps],
-               "errors_without_refit": [s["train/token_mult_prob_error"] for s in stale]}
+    result |= {
+        "errors": [s["train/token_mult_prob_error"] for s in steps],
+        "refit_seconds": [s["timing/weight_refit"] for s in steps],
+        "errors_without_refit": [s["train/token_mult_prob_error"] for s in stale],
+    }
     Path(out).write_text(json.dumps(result))
 
 

@@ -54,8 +54,12 @@ def summarise(results: list[TrialResult], seconds: float) -> dict:
     kills = [k for r in results for k in r.kills]
     landed = [k for k in kills if k.killed]
     stages = collections.Counter(k.stage.split(": ", 1)[-1] if k.stage.startswith("tmp_") else k.stage for k in landed)
-    resumed_right = sum(1 for r in results for i, k in enumerate(r.kills) if k.killed
-                        and f"kill {i}: resumed" not in " ".join(r.problems))
+    resumed_right = sum(
+        1
+        for r in results
+        for i, k in enumerate(r.kills)
+        if k.killed and f"kill {i}: resumed" not in " ".join(r.problems)
+    )
     return {
         "trials": len(results),
         "trials_ok": sum(r.ok for r in results),
@@ -93,17 +97,38 @@ def main() -> None:
     print(f"references: {', '.join(f'{r} rank(s) {s:.1f}s' for r, s in reference_s.items())}", flush=True)
     results = []
     for i, (ranks, points) in enumerate(plan(args.trials, args.seed)):
-        result = run_trial(specs[ranks], workdir, f"trial{i:02d}", points, f"reference{ranks}", reference_s[ranks],
-                           rng_seed=args.seed * 1000 + i)
+        result = run_trial(
+            specs[ranks],
+            workdir,
+            f"trial{i:02d}",
+            points,
+            f"reference{ranks}",
+            reference_s[ranks],
+            rng_seed=args.seed * 1000 + i,
+        )
         results.append(result)
-        kills = "; ".join(f"{k.kind} -> {k.stage or 'not killed'} (resumed from {k.resumed_from})"
-                          for k in result.kills)
-        print(f"trial {i:2d} ranks={ranks} {'ok  ' if result.ok else 'FAIL'} {result.seconds:5.1f}s  {kills}"
-              + (f"  problems: {result.problems}" if result.problems else ""), flush=True)
+        kills = "; ".join(
+            f"{k.kind} -> {k.stage or 'not killed'} (resumed from {k.resumed_from})" for k in result.kills
+        )
+        print(
+            f"trial {i:2d} ranks={ranks} {'ok  ' if result.ok else 'FAIL'} {result.seconds:5.1f}s  {kills}"
+            + (f"  problems: {result.problems}" if result.problems else ""),
+            flush=True,
+        )
     summary = summarise(results, time.monotonic() - start)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"seed": args.seed, "steps": STEPS, "summary": summary,
-                                   "references_s": reference_s, "trials": [r.to_dict() for r in results]}, indent=1))
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "seed": args.seed,
+                "steps": STEPS,
+                "summary": summary,
+                "references_s": reference_s,
+                "trials": [r.to_dict() for r in results],
+            },
+            indent=1,
+        )
+    )
     print(json.dumps(summary, indent=1))
     print(f"wrote {RESULTS}")
     if not args.keep:

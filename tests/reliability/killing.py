@@ -39,8 +39,11 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "recipes" / "tiny-math-cpu.yaml")
 PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
 PAUSES_PER_WRITE = 4  # dtppo.checkpoint pauses after: mkdir, weights, trainer state, manifest
-SMALL_MODEL = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value")
-               for k, v in [("hidden_size", 64), ("num_layers", 2), ("intermediate_size", 128)]]
+SMALL_MODEL = [
+    f"{w}.model.tiny.{k}={v}"
+    for w in ("policy", "value")
+    for k, v in [("hidden_size", 64), ("num_layers", 2), ("intermediate_size", 128)]
+]
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,30 @@ class RunSpec:
     extra: tuple[str, ...] = ()
 
     def args(self, name: str) -> list[str]:
-        return ["ppo", TINY, "ppo.init_from_sft=false", *SMALL_MODEL, f"ppo.max_num_steps={self.steps}",
-                "ppo.num_prompts_per_step=8", "ppo.max_val_samples=8", "ppo.val_batch_size=8", "ppo.val_period=2",
-                "policy.generation.max_new_tokens=16", "policy.train_global_batch_size=4",
-                "policy.train_micro_batch_size=2", "value.train_global_batch_size=4", "value.train_micro_batch_size=2",
-                f"cluster.workers_per_node={self.ranks}", "logger.tensorboard=false", "logger.progress=false",
-                f"logger.log_dir={name}/log", f"checkpointing.checkpoint_dir={name}/ckpt",
-                "checkpointing.save_period=1", "checkpointing.keep_last=2", *self.extra]
+        return [
+            "ppo",
+            TINY,
+            "ppo.init_from_sft=false",
+            *SMALL_MODEL,
+            f"ppo.max_num_steps={self.steps}",
+            "ppo.num_prompts_per_step=8",
+            "ppo.max_val_samples=8",
+            "ppo.val_batch_size=8",
+            "ppo.val_period=2",
+            "policy.generation.max_new_tokens=16",
+            "policy.train_global_batch_size=4",
+            "policy.train_micro_batch_size=2",
+            "value.train_global_batch_size=4",
+            "value.train_micro_batch_size=2",
+            f"cluster.workers_per_node={self.ranks}",
+            "logger.tensorboard=false",
+            "logger.progress=false",
+            f"logger.log_dir={name}/log",
+            f"checkpointing.checkpoint_dir={name}/ckpt",
+            "checkpointing.save_period=1",
+            "checkpointing.keep_last=2",
+            *self.extra,
+        ]
 
 
 @dataclass(frozen=True)
@@ -117,8 +137,14 @@ def launch(spec: RunSpec, cwd: Path, name: str, env_extra: dict[str, str] | None
     env.update(PYTHONUNBUFFERED="1", **(env_extra or {}))
     logs = sorted(cwd.glob(f"{name}.*.log"))
     log = (cwd / f"{name}.{len(logs)}.log").open("w")
-    return subprocess.Popen([sys.executable, "-m", "dtppo", *spec.args(name)], cwd=cwd, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "dtppo", *spec.args(name)],
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def group_members(pgid: int) -> list[tuple[int, int, str]]:
@@ -127,7 +153,7 @@ def group_members(pgid: int) -> list[tuple[int, int, str]]:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
-            fields = text[text.rindex(")") + 2:].split()
+            fields = text[text.rindex(")") + 2 :].split()
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             continue
@@ -172,8 +198,16 @@ def reference_run(spec: RunSpec, cwd: Path, name: str = "reference", timeout: fl
     return time.monotonic() - start
 
 
-def run_trial(spec: RunSpec, cwd: Path, name: str, kills: list[KillPoint], reference: str, reference_s: float,
-              rng_seed: int, timeout: float = 900) -> TrialResult:
+def run_trial(
+    spec: RunSpec,
+    cwd: Path,
+    name: str,
+    kills: list[KillPoint],
+    reference: str,
+    reference_s: float,
+    rng_seed: int,
+    timeout: float = 900,
+) -> TrialResult:
     """Launch, kill at each point in turn (each later launch resumes), run to the end, compare."""
     rng = random.Random(rng_seed)
     result, start = TrialResult(name, spec.ranks, []), time.monotonic()
@@ -184,8 +218,9 @@ def run_trial(spec: RunSpec, cwd: Path, name: str, kills: list[KillPoint], refer
         done = result.kills[-1].steps_on_disk[-1] if i and result.kills[-1].steps_on_disk else 0
         for attempt in range(3 if i == 0 else 1):
             launched = time.monotonic()
-            record = kill_at(launch(spec, cwd, name, env), point, ckpt,
-                              reference_s * max(0.3, (spec.steps - done) / spec.steps), rng)
+            record = kill_at(
+                launch(spec, cwd, name, env), point, ckpt, reference_s * max(0.3, (spec.steps - done) / spec.steps), rng
+            )
             if record.killed or i > 0 or attempt == 2:
                 break
             # The whole run finished before the moment came (the shared machine got faster): start the
@@ -209,8 +244,7 @@ def run_trial(spec: RunSpec, cwd: Path, name: str, kills: list[KillPoint], refer
     return result
 
 
-def kill_at(proc: subprocess.Popen, point: KillPoint, ckpt: Path, reference_s: float,
-            rng: random.Random) -> KillRecord:
+def kill_at(proc: subprocess.Popen, point: KillPoint, ckpt: Path, reference_s: float, rng: random.Random) -> KillRecord:
     """Wait for ``point`` in the launch ``proc``, kill, and record what the kill left on disk."""
     launched = time.monotonic()
     if point.kind == "checkpoint":
@@ -281,7 +315,7 @@ def _fill_resume_sources(cwd: Path, name: str, result: TrialResult) -> None:
     """Launch i+1's "resumed from .../step_N" line (none: a fresh start) tells where kill i's run resumed."""
     logs = sorted(cwd.glob(f"{name}.*.log"), key=lambda p: int(p.name.split(".")[-2]))
     for record, log in zip(result.kills, logs[1:]):
-        line = next((l for l in log.read_text().splitlines() if l.startswith("resumed from ")), None)
+        line = next((text for text in log.read_text().splitlines() if text.startswith("resumed from ")), None)
         record.resumed_from = int(line.rsplit("step_", 1)[1]) if line else 0
 
 
@@ -300,18 +334,27 @@ def _compare(cwd: Path, name: str, reference: str, steps: int, result: TrialResu
     mine = comparable_metrics(cwd / name / "log" / "metrics.jsonl")
     ref = comparable_metrics(cwd / reference / "log" / "metrics.jsonl")
     result.metrics_equal = mine == ref
-    diffs = [abs(a[k] - b[k]) for a, b in zip(mine, ref) for k in a.keys() & b.keys()
-             if isinstance(a[k], float) and isinstance(b[k], float)]
+    diffs = [
+        abs(a[k] - b[k])
+        for a, b in zip(mine, ref)
+        for k in a.keys() & b.keys()
+        if isinstance(a[k], float) and isinstance(b[k], float)
+    ]
     result.max_metric_abs_diff = max(diffs, default=float("nan")) if len(mine) == len(ref) else float("inf")
     a = checkpoint_tensors(cwd / name / "ckpt" / f"step_{steps}")
     b = checkpoint_tensors(cwd / reference / "ckpt" / f"step_{steps}")
     result.weights_equal = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     floats = [k for k in a.keys() & b.keys() if a[k].is_floating_point()]
     result.max_weight_abs_diff = max((float((a[k] - b[k]).abs().max()) for k in floats), default=float("nan"))
-    ta, tb = (torch.load(cwd / n / "ckpt" / f"step_{steps}" / "trainer.pt", weights_only=True)
-              for n in (name, reference))
-    result.trainer_state_equal = (ta["loader"] == tb["loader"] and ta["steps_done"] == tb["steps_done"] == steps
-                                  and ta["policy"] == tb["policy"] and ta["value"] == tb["value"])
+    ta, tb = (
+        torch.load(cwd / n / "ckpt" / f"step_{steps}" / "trainer.pt", weights_only=True) for n in (name, reference)
+    )
+    result.trainer_state_equal = (
+        ta["loader"] == tb["loader"]
+        and ta["steps_done"] == tb["steps_done"] == steps
+        and ta["policy"] == tb["policy"]
+        and ta["value"] == tb["value"]
+    )
 
 
 def checkpoint_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
@@ -350,7 +393,10 @@ def _judge(result: TrialResult) -> None:
             result.problems.append(f"kill {i}: the launcher hung after one rank was killed")
     if result.final_rc != 0:
         result.problems.append(f"final launch exited {result.final_rc}")
-    for ok, what in [(result.metrics_equal, "metrics"), (result.weights_equal, "weights"),
-                     (result.trainer_state_equal, "trainer state")]:
+    for ok, what in [
+        (result.metrics_equal, "metrics"),
+        (result.weights_equal, "weights"),
+        (result.trainer_state_equal, "trainer state"),
+    ]:
         if result.final_rc == 0 and not ok:
             result.problems.append(f"{what} differ from the uninterrupted run")

@@ -102,11 +102,27 @@ def answer_formats() -> list[Case]:
         ("#### 0", "0", "1"),
     ]
     never = [  # answer-like text that is not the ground truth under the contract
-        ("#### 4200%", "42"), ("#### 0.42", "42"), ("#### 42.5", "42"), ("#### 4.2e2", "42"),
-        ("\\boxed{\\sqrt{1764}}", "42"), ("#### 2^{2^2}", "16"), ("#### 6*7", "42"), ("#### 6**2", "36"),
-        ("#### 1.000", "1000"), ("#### 1 000", "1000"), ("#### 1,00", "100"), ("I don't know", "42"),
-        ("", "42"), ("#### ", "42"), ("\\boxed{}", "42"), ("The answer is", "42"), ("#### 42e", "4200"),
-        ("#### 1e999999999", "1"), ("#### 1e100", "1"), ("#### 1e100", "100"), ("#### 2e-999", "999"),
+        ("#### 4200%", "42"),
+        ("#### 0.42", "42"),
+        ("#### 42.5", "42"),
+        ("#### 4.2e2", "42"),
+        ("\\boxed{\\sqrt{1764}}", "42"),
+        ("#### 2^{2^2}", "16"),
+        ("#### 6*7", "42"),
+        ("#### 6**2", "36"),
+        ("#### 1.000", "1000"),
+        ("#### 1 000", "1000"),
+        ("#### 1,00", "100"),
+        ("I don't know", "42"),
+        ("", "42"),
+        ("#### ", "42"),
+        ("\\boxed{}", "42"),
+        ("The answer is", "42"),
+        ("#### 42e", "4200"),
+        ("#### 1e999999999", "1"),
+        ("#### 1e100", "1"),
+        ("#### 1e100", "100"),
+        ("#### 2e-999", "999"),
         ("The answer is 41**.", "42"),
     ]
     return _cases("format", _right_and_wrong(rows) + [(r, t, 0.0) for r, t in never])
@@ -127,12 +143,23 @@ def power_towers() -> list[Case]:
 
 def huge_integers() -> list[Case]:
     big = "9" * BIG
-    rows = [(big, "9", 0.0), ("#### " + big, "9", 0.0), ("#### " + big, "9999", 0.0), ("#### " + big, big, 0.0),
-            ("\\boxed{" + big + "}", "9", 0.0), ("The answer is " + big, "9", 0.0), ("-" + big, "-9", 0.0),
-            ("1" + "0" * BIG, "1", 0.0), ("0." + "3" * BIG, "0.333", 0.0), ("#### 1e" + big, "1", 0.0),
-            ("#### " + ",".join(["999"] * (BIG // 3)), "999", 0.0), ("#### 42\n" + big, "42", 0.0),
-            (big + "\n#### 42", "42", 1.0), (big + " so the answer is 42.", "42", 1.0),
-            ("\\boxed{" + big + "} no: \\boxed{42}", "42", 1.0)]
+    rows = [
+        (big, "9", 0.0),
+        ("#### " + big, "9", 0.0),
+        ("#### " + big, "9999", 0.0),
+        ("#### " + big, big, 0.0),
+        ("\\boxed{" + big + "}", "9", 0.0),
+        ("The answer is " + big, "9", 0.0),
+        ("-" + big, "-9", 0.0),
+        ("1" + "0" * BIG, "1", 0.0),
+        ("0." + "3" * BIG, "0.333", 0.0),
+        ("#### 1e" + big, "1", 0.0),
+        ("#### " + ",".join(["999"] * (BIG // 3)), "999", 0.0),
+        ("#### 42\n" + big, "42", 0.0),
+        (big + "\n#### 42", "42", 1.0),
+        (big + " so the answer is 42.", "42", 1.0),
+        ("\\boxed{" + big + "} no: \\boxed{42}", "42", 1.0),
+    ]
     return _cases("huge_integer", rows)
 
 
@@ -142,13 +169,19 @@ def deep_latex() -> list[Case]:
     rows = [(frac, t, 0.0) for t in ("1", "2", "0.5")]
     rows += [("\\boxed{" + frac + "}", "0.5", 0.0), ("#### " + frac, "0.5", 0.0)]
     rows += [(sqrt, t, 0.0) for t in ("16", "4", "2")] + [("\\boxed{" + sqrt + "}", "2", 0.0)]
-    rows += [("\\sqrt[" * DEEP + "2]{16}" * DEEP, "2", 0.0), ("x^{" * DEEP + "2" + "}" * DEEP, "2", 0.0),
-             ("{" * DEEP + "42" + "}" * DEEP, "42", 0.0), ("\\frac{" * 10_000, "1", 0.0),
-             ("\\boxed{" * 10_000, "42", 0.0), ("}" * 10_000 + "42", "42", 1.0),
-             ("\\left(" * DEEP + "42" + "\\right)" * DEEP, "42", 1.0),
-             ("\\boxed{" * DEEP + "42" + "}" * DEEP, "42", 1.0),  # boxing 42 again is still 42
-             ("\\boxed{" * DEEP + "41" + "}" * DEEP, "42", 0.0),
-             (frac + "\n#### 42", "42", 1.0), (sqrt + " The answer is 42.", "42", 1.0)]
+    rows += [
+        ("\\sqrt[" * DEEP + "2]{16}" * DEEP, "2", 0.0),
+        ("x^{" * DEEP + "2" + "}" * DEEP, "2", 0.0),
+        ("{" * DEEP + "42" + "}" * DEEP, "42", 0.0),
+        ("\\frac{" * 10_000, "1", 0.0),
+        ("\\boxed{" * 10_000, "42", 0.0),
+        ("}" * 10_000 + "42", "42", 1.0),
+        ("\\left(" * DEEP + "42" + "\\right)" * DEEP, "42", 1.0),
+        ("\\boxed{" * DEEP + "42" + "}" * DEEP, "42", 1.0),  # boxing 42 again is still 42
+        ("\\boxed{" * DEEP + "41" + "}" * DEEP, "42", 0.0),
+        (frac + "\n#### 42", "42", 1.0),
+        (sqrt + " The answer is 42.", "42", 1.0),
+    ]
     return _cases("deep_latex", rows)
 
 
@@ -157,18 +190,53 @@ def binary_garbage() -> list[Case]:
     rows = []
     for size in (1_000, 64_000, MB):
         raw = rng.randbytes(size)
-        for codec, errors in (("utf-8", "replace"), ("latin-1", "strict"), ("utf-8", "surrogateescape"),
-                              ("utf-16", "replace")):
+        for codec, errors in (
+            ("utf-8", "replace"),
+            ("latin-1", "strict"),
+            ("utf-8", "surrogateescape"),
+            ("utf-16", "replace"),
+        ):
             text = raw.decode(codec, errors)
             rows += [(text, "987654321", 0.0), (text + "\n#### 42", "42", 1.0)]
-    rows += [("\x00" * MB, "0", 0.0), ("#### 4\x002\x00", "42", 0.0), ("\x1b[31m#### 42\x1b[0m", "42", 1.0),
-             ("".join(map(chr, range(32))) * 1000, "1", 0.0)]
+    rows += [
+        ("\x00" * MB, "0", 0.0),
+        ("#### 4\x002\x00", "42", 0.0),
+        ("\x1b[31m#### 42\x1b[0m", "42", 1.0),
+        ("".join(map(chr, range(32))) * 1000, "1", 0.0),
+    ]
     return _cases("binary_garbage", rows)
 
 
 def megabyte_strings() -> list[Case]:
-    fills = ["a", " ", "\n", "#", "$", "{", "}", "\\", "-", ".", ",", "^", "*", "%", "1,", "1.", "1e", "1 ",
-             "####", "\\boxed{", "answer is ", "\\frac{1}{2}", "**4", "\U0001f600", "\u200b", "\uff14", "9^"]
+    fills = [
+        "a",
+        " ",
+        "\n",
+        "#",
+        "$",
+        "{",
+        "}",
+        "\\",
+        "-",
+        ".",
+        ",",
+        "^",
+        "*",
+        "%",
+        "1,",
+        "1.",
+        "1e",
+        "1 ",
+        "####",
+        "\\boxed{",
+        "answer is ",
+        "\\frac{1}{2}",
+        "**4",
+        "\U0001f600",
+        "\u200b",
+        "\uff14",
+        "9^",
+    ]
     rows = [((fill * (MB // len(fill) + 1))[:MB], "42", 0.0) for fill in fills]
     rows += [((fill * (MB // len(fill) + 1))[:MB] + "\nThe answer is 42.", "42", 1.0) for fill in fills[:8]]
     return _cases("megabyte", rows)
@@ -190,10 +258,17 @@ def unicode_lookalikes() -> list[Case]:
         ("#### 4\uff12", "42", 1.0),
         ("The answer is\u00a042.", "42", 1.0),  # no-break space
         ("#### \uff11/\uff12", "0.5", 1.0),
-        ("#### \u2074\u00b2", "42", 0.0), ("#### 4\u00b2", "42", 0.0), ("#### 4\u00b2", "16", 0.0),
-        ("#### \u2084\u2082", "42", 0.0), ("The answer is 4\u2082", "42", 0.0),
-        ("#### \u2463\u2461", "42", 0.0), ("#### \u32b7", "42", 0.0), ("#### \u2477\u2475", "42", 0.0),
-        ("#### \u278d\u278b", "42", 0.0), ("#### \u216b", "12", 0.0), ("#### \u00bd", "0.5", 0.0),
+        ("#### \u2074\u00b2", "42", 0.0),
+        ("#### 4\u00b2", "42", 0.0),
+        ("#### 4\u00b2", "16", 0.0),
+        ("#### \u2084\u2082", "42", 0.0),
+        ("The answer is 4\u2082", "42", 0.0),
+        ("#### \u2463\u2461", "42", 0.0),
+        ("#### \u32b7", "42", 0.0),
+        ("#### \u2477\u2475", "42", 0.0),
+        ("#### \u278d\u278b", "42", 0.0),
+        ("#### \u216b", "12", 0.0),
+        ("#### \u00bd", "0.5", 0.0),
         ("#### 4\u041e", "40", 0.0),  # Cyrillic O is not zero
         ("#### 1\u00a0000", "1000", 0.0),
     ]
@@ -203,29 +278,63 @@ def unicode_lookalikes() -> list[Case]:
 def invisible_characters() -> list[Case]:
     rows = []
     for mark in ("\u200b", "\u200c", "\u200d", "\u2060", "\u00ad", "\ufeff", "\u202e", "\u2066"):
-        rows += [("#### 4" + mark + "2", "42", 1.0), ("#### 4" + mark + "2", "4", 0.0),
-                 ("#### 4" + mark + "2", "2", 0.0)]
+        rows += [
+            ("#### 4" + mark + "2", "42", 1.0),
+            ("#### 4" + mark + "2", "4", 0.0),
+            ("#### 4" + mark + "2", "2", 0.0),
+        ]
     rows += [("\ufeff#### 42", "42", 1.0), ("The answer is \u202e24", "24", 1.0), ("The answer is \u202e24", "42", 0.0)]
     return _cases("invisible", rows)
 
 
 def hostile_truths() -> list[Case]:
     rng = random.Random(1)
-    truths = ["9^9^9^9", "9" * BIG, "", "####", "\\frac{" * DEEP, rng.randbytes(MB).decode("utf-8", "replace"),
-              "\x00" * 1000, "4\u00b2", "\u0664\u0662", "nan", "inf", "1e999999999", "42 apples", "forty-two"]
+    truths = [
+        "9^9^9^9",
+        "9" * BIG,
+        "",
+        "####",
+        "\\frac{" * DEEP,
+        rng.randbytes(MB).decode("utf-8", "replace"),
+        "\x00" * 1000,
+        "4\u00b2",
+        "\u0664\u0662",
+        "nan",
+        "inf",
+        "1e999999999",
+        "42 apples",
+        "forty-two",
+    ]
     rows = [("#### 42", t, 0.0) for t in truths] + [("#### 42", "\uff14\uff12", 1.0), ("#### 42", " 42 ", 1.0)]
     return _cases("hostile_truth", rows)
 
 
 def non_strings() -> list[Case]:
-    rows = [(None, "42", 0.0), (42, "42", 0.0), (b"#### 42", "42", 0.0), (["#### 42"], "42", 0.0),
-            ("#### 42", None, 0.0), ("#### 42", 42, 0.0), (42.0, 42.0, 0.0)]
+    rows = [
+        (None, "42", 0.0),
+        (42, "42", 0.0),
+        (b"#### 42", "42", 0.0),
+        (["#### 42"], "42", 0.0),
+        ("#### 42", None, 0.0),
+        ("#### 42", 42, 0.0),
+        (42.0, 42.0, 0.0),
+    ]
     return _cases("non_string", rows)
 
 
 @functools.cache
 def catalogue() -> tuple[Case, ...]:
-    cases = (answer_formats() + power_towers() + huge_integers() + deep_latex() + binary_garbage()
-             + megabyte_strings() + unicode_lookalikes() + invisible_characters() + hostile_truths() + non_strings())
+    cases = (
+        answer_formats()
+        + power_towers()
+        + huge_integers()
+        + deep_latex()
+        + binary_garbage()
+        + megabyte_strings()
+        + unicode_lookalikes()
+        + invisible_characters()
+        + hostile_truths()
+        + non_strings()
+    )
     assert len({c.name for c in cases}) == len(cases)
     return tuple(cases)

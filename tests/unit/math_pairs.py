@@ -268,8 +268,22 @@ LATEX_NOISE = [
     ("8", "\\mathrm{9}", NOT_EQUAL),
 ]
 
-PAIRS = (INTEGERS + FRACTIONS + RADICALS + PI + INTERVALS + SETS + TUPLES + DEGREES + UNITS_AND_TEXT
-         + PERCENT + EXPRESSIONS + EQUATIONS + FUNCTIONS + LATEX_NOISE)
+PAIRS = (
+    INTEGERS
+    + FRACTIONS
+    + RADICALS
+    + PI
+    + INTERVALS
+    + SETS
+    + TUPLES
+    + DEGREES
+    + UNITS_AND_TEXT
+    + PERCENT
+    + EXPRESSIONS
+    + EQUATIONS
+    + FUNCTIONS
+    + LATEX_NOISE
+)
 
 # Where math-verify (as bounded here) grades differently from a careful human: (reference, answer,
 # human grade, what math_reward gives). Asserted as math_reward's behaviour, not as correct grading.

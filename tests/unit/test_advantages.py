@@ -152,12 +152,14 @@ def test_group_normalized_advantages_hand_computed(poison):
     # Two prompts x G=3 samples. Group 1: rewards 1, 0, 0 -> mean 1/3, unbiased std sqrt(1/3).
     # Group 2: all equal -> 0 everywhere (no signal), not 0/0.
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
-    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 1, 0]],
-                        dtype=torch.float32)
+    mask = torch.tensor(
+        [[0, 1, 1, 0], [0, 1, 0, 0], [1, 1, 1, 1], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 1, 0]], dtype=torch.float32
+    )
     adv = group_normalized_advantages(rewards, mask, group_size=3)
     std = (1.0 / 3.0) ** 0.5  # sqrt(((2/3)^2 + 2 (1/3)^2) / (3 - 1))
-    per_sample = torch.tensor([(2 / 3) / (std + 1e-4), -(1 / 3) / (std + 1e-4), -(1 / 3) / (std + 1e-4), 0, 0, 0],
-                              dtype=torch.float64)
+    per_sample = torch.tensor(
+        [(2 / 3) / (std + 1e-4), -(1 / 3) / (std + 1e-4), -(1 / 3) / (std + 1e-4), 0, 0, 0], dtype=torch.float64
+    )
     expected = per_sample[:, None] * mask.double()
     torch.testing.assert_close(adv.double(), expected, rtol=1e-6, atol=1e-7)
     assert adv.dtype == torch.float32 and torch.equal(adv[3:], torch.zeros(3, 4))

@@ -14,25 +14,28 @@ from dtppo.answers import TAIL_CHARS, after_hashes, extract_gsm8k_answer, last_b
 SRC = Path(dtppo.__file__).resolve().parent
 
 
-@pytest.mark.parametrize(("text", "body"), [
-    ("\\boxed{42}", "42"),
-    ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
-    ("\\boxed{\\left\\{1,\\{2\\}\\right\\}}", "\\left\\{1,\\{2\\}\\right\\}"),
-    ("\\boxed{1} then \\boxed{2} and \\boxed{3}", "3"),
-    ("\\boxed{{a}{b}}", "{a}{b}"),
-    ("\\fbox{7}", "7"),
-    ("\\boxed{1} \\fbox{2}", "2"),
-    ("\\fbox{1} \\boxed{2}", "2"),
-    ("\\boxed{}", ""),
-    ("\\boxed{\\boxed{5}}", "5"),
-    ("\\boxed{1} \\boxed{2", None),  # the last box is unclosed: no earlier box stands in
-    ("\\boxed{{1}", None),
-    ("no box here", None),
-    ("\\boxed 5", None),
-    ("", None),
-    ("\\boxed{" + "1" * 600 + "}", None),  # the scan for the closing brace is bounded
-    ("\\boxed{" * 10_000, None),
-])
+@pytest.mark.parametrize(
+    ("text", "body"),
+    [
+        ("\\boxed{42}", "42"),
+        ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{\\left\\{1,\\{2\\}\\right\\}}", "\\left\\{1,\\{2\\}\\right\\}"),
+        ("\\boxed{1} then \\boxed{2} and \\boxed{3}", "3"),
+        ("\\boxed{{a}{b}}", "{a}{b}"),
+        ("\\fbox{7}", "7"),
+        ("\\boxed{1} \\fbox{2}", "2"),
+        ("\\fbox{1} \\boxed{2}", "2"),
+        ("\\boxed{}", ""),
+        ("\\boxed{\\boxed{5}}", "5"),
+        ("\\boxed{1} \\boxed{2", None),  # the last box is unclosed: no earlier box stands in
+        ("\\boxed{{1}", None),
+        ("no box here", None),
+        ("\\boxed 5", None),
+        ("", None),
+        ("\\boxed{" + "1" * 600 + "}", None),  # the scan for the closing brace is bounded
+        ("\\boxed{" * 10_000, None),
+    ],
+)
 def test_last_boxed(text, body):
     assert last_boxed(text) == body
 

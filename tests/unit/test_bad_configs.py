@@ -22,8 +22,11 @@ from dtppo.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
-GSM8K = ["data.task=gsm8k", f"data.train.path={REPO.parent / 'shared/data/gsm8k/train.jsonl'}",
-         f"data.validation.path={REPO.parent / 'shared/data/gsm8k/test.jsonl'}"]
+GSM8K = [
+    "data.task=gsm8k",
+    f"data.train.path={REPO.parent / 'shared/data/gsm8k/train.jsonl'}",
+    f"data.validation.path={REPO.parent / 'shared/data/gsm8k/test.jsonl'}",
+]
 
 # (case class, overrides, the key the message must start with)
 BAD_OVERRIDES = [
@@ -67,8 +70,11 @@ BAD_OVERRIDES = [
     ("range", ["checkpointing.save_period=0"], "checkpointing.save_period"),
     ("range", ["data.tiny_math.min_ops=3"], "data.tiny_math.min_ops"),
     ("range", ["data.tiny_math.hard_fraction=1.5"], "data.tiny_math.hard_fraction"),
-    ("range", ["data.tiny_math.hard_fraction=0.5", "data.tiny_math.hard_max_number=20"],
-     "data.tiny_math.hard_max_number"),
+    (
+        "range",
+        ["data.tiny_math.hard_fraction=0.5", "data.tiny_math.hard_max_number=20"],
+        "data.tiny_math.hard_max_number",
+    ),
     ("schedule", ["policy.scheduler.warmup_steps=-5"], "policy.scheduler.warmup_steps"),
     ("schedule", ["sft.scheduler.min_lr_ratio=2"], "sft.scheduler.min_lr_ratio"),
     ("schedule", ["sft.log_period=0"], "sft.log_period"),
@@ -79,15 +85,28 @@ BAD_OVERRIDES = [
     ("batch layout", ["value.train_micro_batch_size=5"], "value.train_micro_batch_size"),
     ("batch layout", ["cluster.workers_per_node=3"], "policy.train_global_batch_size"),
     ("parallel layout", ["cluster.workers_per_node=2", "policy.parallel.tp=4"], "policy.parallel.tp"),
-    ("parallel layout", ["cluster.workers_per_node=4", "policy.train_micro_batch_size=8", "value.parallel.tp=4"],
-     "value.parallel.tp"),
+    (
+        "parallel layout",
+        ["cluster.workers_per_node=4", "policy.train_micro_batch_size=8", "value.parallel.tp=4"],
+        "value.parallel.tp",
+    ),
     ("parallel layout", ["policy.parallel.sequence_parallel=true"], "policy.parallel.sequence_parallel"),
     ("parallel layout", ["value.parallel.dp_replicate=0"], "value.parallel.dp_replicate"),
-    ("parallel layout", ["cluster.workers_per_node=2", "policy.parallel.dp_replicate=4"],
-     "policy.parallel.dp_replicate"),
-    ("parallel layout", ["cluster.workers_per_node=2", "policy.train_micro_batch_size=8", "value.parallel.tp=2",
-                         "value.parallel.dp_replicate=2"],
-     "value.parallel.dp_replicate"),
+    (
+        "parallel layout",
+        ["cluster.workers_per_node=2", "policy.parallel.dp_replicate=4"],
+        "policy.parallel.dp_replicate",
+    ),
+    (
+        "parallel layout",
+        [
+            "cluster.workers_per_node=2",
+            "policy.train_micro_batch_size=8",
+            "value.parallel.tp=2",
+            "value.parallel.dp_replicate=2",
+        ],
+        "value.parallel.dp_replicate",
+    ),
     ("parallel layout", ["cluster.policy_ranks=1"], "cluster.policy_ranks"),
     ("parallel layout", ["cluster.num_nodes=0"], "cluster.num_nodes"),
     ("model shape", ["policy.model.tiny.hidden_size=100"], "policy.model.tiny.hidden_size"),
@@ -95,13 +114,27 @@ BAD_OVERRIDES = [
     ("model shape", ["policy.model.tiny.num_layers=0"], "policy.model.tiny.num_layers"),
     ("bad choice", ["ppo.advantage_estimator=ppo"], "ppo.advantage_estimator"),
     ("bad choice", ["policy.generation.decoder=vllm"], "policy.generation.decoder"),
-    ("decoder", ["policy.generation.decoder=hf", "policy.generation.decode_graph=true"],
-     "policy.generation.decode_graph"),
+    (
+        "decoder",
+        ["policy.generation.decoder=hf", "policy.generation.decode_graph=true"],
+        "policy.generation.decode_graph",
+    ),
     ("grpo", ["ppo.advantage_estimator=grpo"], "ppo.num_generations_per_prompt"),
-    ("grpo", ["ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=2",
-              "ppo.policy_training_start_step=5"], "ppo.policy_training_start_step"),
-    ("grpo", ["ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=2", "loss.kl_coef=0.1",
-              "loss.kl_in_reward=true"], "loss.kl_in_reward"),
+    (
+        "grpo",
+        ["ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=2", "ppo.policy_training_start_step=5"],
+        "ppo.policy_training_start_step",
+    ),
+    (
+        "grpo",
+        [
+            "ppo.advantage_estimator=grpo",
+            "ppo.num_generations_per_prompt=2",
+            "loss.kl_coef=0.1",
+            "loss.kl_in_reward=true",
+        ],
+        "loss.kl_in_reward",
+    ),
     ("missing file", ["data.task=gsm8k"], "data.train.path"),
     ("missing file", [*GSM8K, "data.train.path=/nonexistent/train.jsonl"], "data.train.path"),
     ("missing file", [*GSM8K, "data.validation.path=missing/test.jsonl"], "data.validation.path"),
@@ -136,8 +169,13 @@ def test_bad_override_is_refused_naming_the_key(kind, overrides, key):
     assert str(err.value).startswith(key + ":"), f"{kind}: {err.value}"
 
 
-@pytest.mark.parametrize("overrides, key", [(["policy.generation.decoder=static"], "policy.generation.decoder"),
-                                            (["policy.generation.decode_graph=true"], "policy.generation.decode_graph")])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["policy.generation.decoder=static"], "policy.generation.decoder"),
+        (["policy.generation.decode_graph=true"], "policy.generation.decode_graph"),
+    ],
+)
 def test_a_decoder_the_architecture_lacks_is_refused_before_compute(gpt2_dir, overrides, key):
     """GPT-2 has no static-KV decoder: asking for it (or for compiled steps, which need it) stops at preflight."""
     cfg = config_lib.load(TINY, ["ppo.init_from_sft=false", f"policy.model.path={gpt2_dir}", *overrides])
@@ -153,13 +191,21 @@ def test_load_leaves_what_the_recipe_names_to_preflight():
 
 
 def test_grpo_ignores_the_critic_sections_it_does_not_build():
-    cfg = config_lib.load(TINY, ["ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=4",
-                                 "ppo.num_prompts_per_step=2", "policy.train_global_batch_size=8",
-                                 "policy.train_micro_batch_size=8"])
+    cfg = config_lib.load(
+        TINY,
+        [
+            "ppo.advantage_estimator=grpo",
+            "ppo.num_generations_per_prompt=4",
+            "ppo.num_prompts_per_step=2",
+            "policy.train_global_batch_size=8",
+            "policy.train_micro_batch_size=8",
+        ],
+    )
     assert cfg.samples_per_step == 8 and cfg.value.train_global_batch_size == 32  # would not divide 8 with gae
     with pytest.raises(ConfigError, match="^value.train_global_batch_size:"):
-        config_lib.load(TINY, ["ppo.num_prompts_per_step=8", "policy.train_global_batch_size=8",
-                               "policy.train_micro_batch_size=8"])
+        config_lib.load(
+            TINY, ["ppo.num_prompts_per_step=8", "policy.train_global_batch_size=8", "policy.train_micro_batch_size=8"]
+        )
 
 
 def test_the_real_files_and_a_hub_name_are_accepted():
@@ -167,8 +213,9 @@ def test_the_real_files_and_a_hub_name_are_accepted():
     cfg = config_lib.load(TINY, [*GSM8K, "value.model.path=Qwen/Qwen2.5-0.5B"])
     preflight(cfg)
     assert cfg.data.task == "gsm8k" and cfg.value.model.path == "Qwen/Qwen2.5-0.5B"
-    cfg = config_lib.load(TINY, ["cluster.workers_per_node=2", "policy.train_micro_batch_size=16",
-                                 "value.parallel.tp=2"])
+    cfg = config_lib.load(
+        TINY, ["cluster.workers_per_node=2", "policy.train_micro_batch_size=16", "value.parallel.tp=2"]
+    )
     preflight(cfg)
     assert cfg.value.parallel.tp == 2
 
@@ -196,11 +243,17 @@ def test_cli_exits_2_naming_the_key_before_any_compute(tmp_path):
     script = Path(sys.executable).with_name("dtppo")
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "dtppo"]
     start = time.monotonic()
-    proc = subprocess.run([*command, "ppo", str(TINY), "policy.optimizer.lr=-1e-4"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*command, "ppo", str(TINY), "policy.optimizer.lr=-1e-4"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == ["dtppo: config error: policy.optimizer.lr: must be finite and > 0, "
-                                                "got -0.0001"]
+    assert proc.stderr.strip().splitlines() == [
+        "dtppo: config error: policy.optimizer.lr: must be finite and > 0, got -0.0001"
+    ]
     assert list(tmp_path.iterdir()) == []  # no run directory, no SFT output, no checkpoint
     assert time.monotonic() - start < 60
 

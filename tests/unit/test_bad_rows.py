@@ -9,8 +9,8 @@ import pytest
 
 from dtppo import config as config_lib
 from dtppo.data.formats import GSM8K
-from dtppo.data.rows import DataError, RowRules, read_jsonl
 from dtppo.data.loader import build_sources, encode_prompts
+from dtppo.data.rows import DataError, RowRules, read_jsonl
 from dtppo.models.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,8 +38,11 @@ ROWS = [
     (json.dumps({"question": "Anna has 10 pens and loses 4. How many?", "answer": "10 - 4 = 6\n#### 1,006"}), None),
     (json.dumps({"question": "A short one", "answer": "#### -3.5"}), None),
 ]
-GOOD = [("Tom has 2 apples and buys 3. How many?", "5"), ("Anna has 10 pens and loses 4. How many?", "1006"),
-        ("A short one", "-3.5")]
+GOOD = [
+    ("Tom has 2 apples and buys 3. How many?", "5"),
+    ("Anna has 10 pens and loses 4. How many?", "1006"),
+    ("A short one", "-3.5"),
+]
 FIRST_BAD_LINE = 2
 RULES = RowRules(max_prompt_tokens=200, prompt_length=len)
 
@@ -100,8 +103,12 @@ def test_build_sources_applies_the_config_and_the_prompt_limit(data_file, monkey
     """Through the config, with the tokenizer the trainer uses: the prompt limit counts chat-template tokens."""
     monkeypatch.chdir(REPO)
     tokenizer = load_tokenizer(None)
-    overrides = ["data.task=gsm8k", f"data.train.path={data_file}", f"data.validation.path={data_file}",
-                 "data.max_prompt_tokens=200"]
+    overrides = [
+        "data.task=gsm8k",
+        f"data.train.path={data_file}",
+        f"data.validation.path={data_file}",
+        "data.max_prompt_tokens=200",
+    ]
     train, validation = build_sources(config_lib.load("recipes/tiny-math-cpu.yaml", overrides), tokenizer=tokenizer)
     assert [p.question for p in train] == [q for q, _ in GOOD] and validation == train
     assert max(len(ids) for ids in encode_prompts(tokenizer, train, None, 10_000)) <= 200

@@ -35,8 +35,14 @@ def test_mean_ci95_by_hand():
 def test_summarise_reads_accuracy_ev_and_the_decision_token_after_warmup():
     records = [{"step": 0, "validation/accuracy": 0.1}]
     for step in range(1, 7):
-        records.append({"step": step, "train/critic/explained_var": step / 10,
-                        "train/advantages/first_token_abs_mean": float(step), "timing/step": 2.0})
+        records.append(
+            {
+                "step": step,
+                "train/critic/explained_var": step / 10,
+                "train/advantages/first_token_abs_mean": float(step),
+                "timing/step": 2.0,
+            }
+        )
     records[3]["validation/accuracy"], records[6]["validation/accuracy"] = 0.5, 0.4
     out = critic.summarise(records, policy_start_step=2)
     assert (out["accuracy_start"], out["accuracy_best"], out["accuracy_final"]) == (0.1, 0.5, 0.4)
@@ -84,13 +90,25 @@ def test_warmup_arms_freeze_the_policy_and_change_one_critic_setting():
 def test_a_tag_keeps_a_second_recipes_runs_apart():
     import argparse
 
-    args = argparse.Namespace(table="alignment", seeds=[3], recipe=str(critic.DEMO), set=[], steps=None,
-                              group_size=4, small=False, out=None, tag=None, sft_seeds=None, arms=None)
+    args = argparse.Namespace(
+        table="alignment",
+        seeds=[3],
+        recipe=str(critic.DEMO),
+        set=[],
+        steps=None,
+        group_size=4,
+        small=False,
+        out=None,
+        tag=None,
+        sft_seeds=None,
+        arms=None,
+    )
     untagged, _ = critic.plan(args)
     tagged, root = critic.plan(argparse.Namespace(**{**vars(args), "tag": "mixed"}))
     assert root == critic.RUNS / "mixed"
-    assert [r["log_dir"] for r in tagged] == [str(critic.RUNS / "mixed" / "alignment" / f"{arm}_seed3")
-                                              for arm in ("shift", "noshift")]
+    assert [r["log_dir"] for r in tagged] == [
+        str(critic.RUNS / "mixed" / "alignment" / f"{arm}_seed3") for arm in ("shift", "noshift")
+    ]
     assert not {r["log_dir"] for r in tagged} & {r["log_dir"] for r in untagged}  # --reuse never mixes them
 
 
@@ -102,8 +120,12 @@ def test_several_sft_models_are_the_units_and_the_paired_difference_is_unit_by_u
     # SFT model 0: shift 0.6/0.8 (mean 0.7), noshift 0.3/0.5 (0.4); model 1: shift 0.5 (0.4/0.6), noshift 0.5/0.5;
     # model 2: shift 0.9/0.9, noshift 0.6/0.6
     cells = {0: ([0.6, 0.8], [0.3, 0.5]), 1: ([0.4, 0.6], [0.5, 0.5]), 2: ([0.9, 0.9], [0.6, 0.6])}
-    results = [run(arm, model, seed, accs[seed]) for model, pair in cells.items()
-               for arm, accs in zip(("shift", "noshift"), pair) for seed in (0, 1)]
+    results = [
+        run(arm, model, seed, accs[seed])
+        for model, pair in cells.items()
+        for arm, accs in zip(("shift", "noshift"), pair)
+        for seed in (0, 1)
+    ]
     assert critic.unit_values(results, "shift", "accuracy_best") == pytest.approx({0: 0.7, 1: 0.5, 2: 0.9})
     summary = critic.compare(results)
     assert summary["shift"]["accuracy_best"]["n"] == 3  # SFT models, not the 6 runs
@@ -115,12 +137,25 @@ def test_several_sft_models_are_the_units_and_the_paired_difference_is_unit_by_u
 def test_sft_seeds_give_each_model_its_own_directory_and_run_names(tmp_path):
     import argparse
 
-    args = argparse.Namespace(table="alignment", seeds=[0, 1], recipe=str(critic.DEMO), set=[], steps=None,
-                              group_size=4, small=False, out=str(tmp_path), tag=None, sft_seeds=[3, 4], arms=None)
+    args = argparse.Namespace(
+        table="alignment",
+        seeds=[0, 1],
+        recipe=str(critic.DEMO),
+        set=[],
+        steps=None,
+        group_size=4,
+        small=False,
+        out=str(tmp_path),
+        tag=None,
+        sft_seeds=[3, 4],
+        arms=None,
+    )
     runs, _ = critic.plan(args)
     assert len(runs) == 8
-    assert {(r["sft_seed"], r["sft_dir"]) for r in runs} == {(3, str(tmp_path / "sft" / "seed3")),
-                                                             (4, str(tmp_path / "sft" / "seed4"))}
+    assert {(r["sft_seed"], r["sft_dir"]) for r in runs} == {
+        (3, str(tmp_path / "sft" / "seed3")),
+        (4, str(tmp_path / "sft" / "seed4")),
+    }
     assert str(tmp_path / "alignment" / "noshift_sft4_seed1") in {r["log_dir"] for r in runs}
     assert all("sft.seed=" in r["command"] for r in runs)
     shift_only, _ = critic.plan(argparse.Namespace(**{**vars(args), "arms": ["shift"]}))
@@ -146,8 +181,12 @@ def test_the_demo_range_is_a_prediction_interval_clipped_to_the_metric():
     assert ranges.prediction_interval([0.9, 1.0, 0.95], (0.0, 1.0))[1] == 1.0  # clipped at 100 %
     with pytest.raises(ValueError):
         ranges.prediction_interval([0.5], (0.0, 1.0))
-    table = {"runs": [{"arm": "shift", "result": {"accuracy_best": v, "accuracy_final": v,
-                                                  "decision_token_advantage": None}} for v in values]}
+    table = {
+        "runs": [
+            {"arm": "shift", "result": {"accuracy_best": v, "accuracy_final": v, "decision_token_advantage": None}}
+            for v in values
+        ]
+    }
     out = ranges.expected_ranges([table])
     assert out["arms"]["shift"]["accuracy_best"] == pytest.approx([0.65 - half, min(1.0, 0.65 + half)])
     skewed = [1.0] * 9 + [0.3]  # one run of ten did not recover: below the normal-theory interval's low end

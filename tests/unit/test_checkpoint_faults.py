@@ -20,8 +20,12 @@ from dtppo.faults import CheckpointError
 
 def _state(seed):
     g = torch.Generator().manual_seed(seed)
-    return {"policy": {"model": {"w": torch.randn(64, 64, generator=g), "b": torch.randn(64, generator=g)},
-                       "optim": {"state": {"w": {"exp_avg": torch.randn(64, 64, generator=g)}}}}}
+    return {
+        "policy": {
+            "model": {"w": torch.randn(64, 64, generator=g), "b": torch.randn(64, generator=g)},
+            "optim": {"state": {"w": {"exp_avg": torch.randn(64, 64, generator=g)}}},
+        }
+    }
 
 
 def _empty_like(state):
@@ -29,8 +33,9 @@ def _empty_like(state):
 
 
 def _save(root, step, seed=None):
-    return checkpoint.save(root, step, _state(step if seed is None else seed), {"steps_done": step},
-                           {"ppo": {"seed": 0}}, keep_last=5)
+    return checkpoint.save(
+        root, step, _state(step if seed is None else seed), {"steps_done": step}, {"ppo": {"seed": 0}}, keep_last=5
+    )
 
 
 def _assert_loads_as(step_dir, seed, steps_done):
@@ -113,17 +118,20 @@ def _garble(path):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage, target, expected", [
-    (_truncate, "weights/__0_0.distcp", r"weights/__0_0\.distcp has \d+ bytes, expected \d+ \(truncated"),
-    (_garble, "weights/__0_0.distcp", r"weights/__0_0\.distcp fails its CRC32 check \(garbled\)"),
-    (_truncate, "trainer.pt", r"trainer\.pt has \d+ bytes, expected \d+ \(truncated"),
-    (_garble, "trainer.pt", r"trainer\.pt fails its CRC32 check"),
-    (_garble, "weights/.metadata", r"weights/\.metadata fails its CRC32 check"),
-    (os.remove, "config.yaml", r"is incomplete: .*step_1/config\.yaml is missing"),
-    (os.remove, "trainer.pt", r"is incomplete: .*step_1/trainer\.pt is missing"),
-    (os.remove, "manifest.json", r"is incomplete: .*step_1/manifest\.json is missing"),
-    (_truncate, "manifest.json", r"is corrupted: .*step_1/manifest\.json is unreadable"),
-])
+@pytest.mark.parametrize(
+    "damage, target, expected",
+    [
+        (_truncate, "weights/__0_0.distcp", r"weights/__0_0\.distcp has \d+ bytes, expected \d+ \(truncated"),
+        (_garble, "weights/__0_0.distcp", r"weights/__0_0\.distcp fails its CRC32 check \(garbled\)"),
+        (_truncate, "trainer.pt", r"trainer\.pt has \d+ bytes, expected \d+ \(truncated"),
+        (_garble, "trainer.pt", r"trainer\.pt fails its CRC32 check"),
+        (_garble, "weights/.metadata", r"weights/\.metadata fails its CRC32 check"),
+        (os.remove, "config.yaml", r"is incomplete: .*step_1/config\.yaml is missing"),
+        (os.remove, "trainer.pt", r"is incomplete: .*step_1/trainer\.pt is missing"),
+        (os.remove, "manifest.json", r"is incomplete: .*step_1/manifest\.json is missing"),
+        (_truncate, "manifest.json", r"is corrupted: .*step_1/manifest\.json is unreadable"),
+    ],
+)
 def test_damaged_checkpoint_is_detected_on_load_naming_the_file(tmp_path, damage, target, expected):
     step_dir = _save(tmp_path, 1)
     damage(step_dir / target)

@@ -7,9 +7,8 @@ import pickle
 import random
 
 import numpy as np
-import torch
-
 import pytest
+import torch
 
 from dtppo import checkpoint
 from dtppo.faults import CheckpointError
@@ -90,8 +89,9 @@ def test_a_pickled_object_among_the_weights_non_tensor_entries_is_refused_and_ne
     checkpoint.save(tmp_path / "hostile", 1, hostile, {"steps_done": 1}, {"ppo": {"seed": 0}}, 2)
     target = {"policy": {"model": {"w": torch.zeros(2, 3)}, "optim": {"param_groups": [{"lr": 0.0}]}}}
     checkpoint.load(step_dir, target)  # plain data loads
-    assert target["policy"]["optim"]["param_groups"][0]["lr"] == 0.1 and torch.equal(target["policy"]["model"]["w"],
-                                                                                        torch.ones(2, 3))
+    assert target["policy"]["optim"]["param_groups"][0]["lr"] == 0.1 and torch.equal(
+        target["policy"]["model"]["w"], torch.ones(2, 3)
+    )
     with pytest.raises(CheckpointError) as info:
         checkpoint.load(tmp_path / "hostile" / "step_1", target)
     message = str(info.value)

@@ -23,8 +23,10 @@ def test_every_recipe_loads(recipe):
 
 
 def test_overrides_and_inheritance():
-    cfg = config_lib.load("recipes/tiny-math-cpu.yaml", ["ppo.max_num_steps=2", "loss.ratio_clip_c=3", "logger.log_dir=x",
-                                                         "policy.optimizer.lr=3e-4"])
+    cfg = config_lib.load(
+        "recipes/tiny-math-cpu.yaml",
+        ["ppo.max_num_steps=2", "loss.ratio_clip_c=3", "logger.log_dir=x", "policy.optimizer.lr=3e-4"],
+    )
     assert cfg.policy.optimizer.lr == 3e-4
     assert cfg.ppo.max_num_steps == 2 and cfg.loss.ratio_clip_c == 3.0 and cfg.logger.log_dir == "x"
     assert cfg.ppo.init_from_sft  # from the recipe
@@ -107,7 +109,11 @@ def test_micro_batch_is_an_upper_bound_per_rank():
     one = config_lib.load(tiny)
     assert one.micro_batch_size("policy") == 32 and config_lib.batch_clamp_notes(one) == []
     two = config_lib.load(tiny, ["cluster.workers_per_node=2"])  # no micro-batch overrides needed
-    assert (two.data_parallel_size("policy"), two.micro_batch_size("policy"), two.micro_batch_size("value")) == (2, 16, 16)
+    assert (two.data_parallel_size("policy"), two.micro_batch_size("policy"), two.micro_batch_size("value")) == (
+        2,
+        16,
+        16,
+    )
     assert config_lib.batch_clamp_notes(two) == [
         "policy: per-rank sizes clamped to a rank's share over 2 data-parallel ranks: "
         "train_micro_batch_size 32 -> 16, logprob_batch_size 64 -> 32",
@@ -115,19 +121,27 @@ def test_micro_batch_is_an_upper_bound_per_rank():
         "train_micro_batch_size 32 -> 16, inference_batch_size 64 -> 32",
     ]
     # a smaller micro batch is kept; each pool clamps against its own data-parallel ranks
-    assert config_lib.load(tiny, ["cluster.workers_per_node=2", "policy.train_micro_batch_size=8"]
-                           ).micro_batch_size("policy") == 8
-    pools = config_lib.load(tiny, ["cluster.workers_per_node=3", "cluster.policy_ranks=1",
-                                   "value.train_global_batch_size=16"])
+    assert (
+        config_lib.load(tiny, ["cluster.workers_per_node=2", "policy.train_micro_batch_size=8"]).micro_batch_size(
+            "policy"
+        )
+        == 8
+    )
+    pools = config_lib.load(
+        tiny, ["cluster.workers_per_node=3", "cluster.policy_ranks=1", "value.train_global_batch_size=16"]
+    )
     assert (pools.micro_batch_size("policy"), pools.micro_batch_size("value")) == (32, 8)
     tp = config_lib.load(tiny, ["cluster.workers_per_node=2", "value.parallel.tp=2"])
     assert (tp.data_parallel_size("value"), tp.micro_batch_size("value")) == (1, 32)
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["cluster.workers_per_node=3"], "policy.train_global_batch_size"),  # 32 samples do not split over 3 ranks
-    (["cluster.workers_per_node=2", "value.train_micro_batch_size=5"], "value.train_micro_batch_size"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["cluster.workers_per_node=3"], "policy.train_global_batch_size"),  # 32 samples do not split over 3 ranks
+        (["cluster.workers_per_node=2", "value.train_micro_batch_size=5"], "value.train_micro_batch_size"),
+    ],
+)
 def test_batches_that_do_not_split_among_ranks_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=rf"^{key}:"):
         config_lib.load("recipes/tiny-math-cpu.yaml", overrides)

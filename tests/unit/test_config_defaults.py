@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from dtppo import config as config_lib
-from dtppo.config import schema as config_schema
 from dtppo.config import Config
+from dtppo.config import schema as config_schema
 from dtppo.workers.engine import lr_lambda
 
 BASE = Path(__file__).resolve().parents[2] / "recipes" / "base.yaml"
@@ -22,8 +22,11 @@ def _differences(built, default, path=""):
     """Dotted keys whose values differ between two config trees."""
     if not dataclasses.is_dataclass(default):
         return [] if built == default else [f"{path}: base.yaml {built!r} != Config() {default!r}"]
-    return [d for f in dataclasses.fields(default)
-            for d in _differences(getattr(built, f.name), getattr(default, f.name), f"{path}.{f.name}".lstrip("."))]
+    return [
+        d
+        for f in dataclasses.fields(default)
+        for d in _differences(getattr(built, f.name), getattr(default, f.name), f"{path}.{f.name}".lstrip("."))
+    ]
 
 
 def _key_mismatches(tree, cls, path=""):
@@ -50,8 +53,10 @@ def test_key_check_catches_a_missing_and_an_extra_key():
     tree = yaml.safe_load(BASE.read_text())
     del tree["ppo"]["gamma"]
     tree["loss"]["typo_key"] = 1
-    assert sorted(_key_mismatches(tree, Config)) == ["loss.typo_key: in base.yaml but not a Config field",
-                                                     "ppo.gamma: missing from base.yaml"]
+    assert sorted(_key_mismatches(tree, Config)) == [
+        "loss.typo_key: in base.yaml but not a Config field",
+        "ppo.gamma: missing from base.yaml",
+    ]
 
 
 def test_every_config_field_has_a_docstring():
@@ -62,8 +67,12 @@ def test_every_config_field_has_a_docstring():
         for i, node in enumerate(body):
             if isinstance(node, ast.AnnAssign):
                 nxt = body[i + 1] if i + 1 < len(body) else None
-                documented = (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                              and isinstance(nxt.value.value, str) and nxt.value.value.strip())
+                documented = (
+                    isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)
+                    and nxt.value.value.strip()
+                )
                 if not documented:
                     undocumented.append(f"{cls.name}.{node.target.id}")
     assert undocumented == []
@@ -75,12 +84,22 @@ def test_schedule_lengths_default_to_their_stage():
     # 50 steps x 1 epoch x (64 samples / 32 per optimizer step)
     assert cfg.policy.scheduler.total_steps == cfg.value.scheduler.total_steps == 100
     # the bug this replaces: a Python-built Config() ran SFT's cosine schedule at a constant LR
-    assert lr_lambda(cfg.sft.scheduler)(cfg.sft.num_steps - 1) == pytest.approx(cfg.sft.scheduler.min_lr_ratio, abs=1e-4)
+    assert lr_lambda(cfg.sft.scheduler)(cfg.sft.num_steps - 1) == pytest.approx(
+        cfg.sft.scheduler.min_lr_ratio, abs=1e-4
+    )
 
-    cfg = config_lib.load(BASE, ["ppo.max_num_steps=10", "ppo.ppo_epochs=2", "ppo.policy_training_start_step=4",
-                                 "ppo.num_generations_per_prompt=2", "policy.train_global_batch_size=16",
-                                 "policy.train_micro_batch_size=16",
-                                 "sft.num_steps=7"])
+    cfg = config_lib.load(
+        BASE,
+        [
+            "ppo.max_num_steps=10",
+            "ppo.ppo_epochs=2",
+            "ppo.policy_training_start_step=4",
+            "ppo.num_generations_per_prompt=2",
+            "policy.train_global_batch_size=16",
+            "policy.train_micro_batch_size=16",
+            "sft.num_steps=7",
+        ],
+    )
     assert cfg.policy.scheduler.total_steps == (10 - 4) * 2 * (128 // 16)
     assert cfg.value.scheduler.total_steps == 10 * 2 * (128 // 32)
     assert cfg.sft.scheduler.total_steps == 7

@@ -26,20 +26,30 @@ def _write(path: Path, rows: list) -> Path:
 
 
 def _custom(path: Path, *extra: str) -> config_lib.Config:
-    return config_lib.load(REPO / "recipes/base.yaml", ["data.task=custom", f"data.train.path={path}",
-                                                        f"data.validation.path={path}", "reward.functions=[gsm8k]",
-                                                        *extra])
+    return config_lib.load(
+        REPO / "recipes/base.yaml",
+        [
+            "data.task=custom",
+            f"data.train.path={path}",
+            f"data.validation.path={path}",
+            "reward.functions=[gsm8k]",
+            *extra,
+        ],
+    )
 
 
 def test_custom_rows_keep_every_column_and_read_the_reference(tmp_path):
-    path = _write(tmp_path / "rows.jsonl", [
-        {"query": "What is 3+4?", "label": 7, "source": "a", "level": 1},
-        {"query": MESSAGES, "label": "7", "source": "b", "level": 2},
-        {"query": "", "label": 1},  # empty prompt
-        {"query": [{"role": "robot", "content": "x"}], "label": 1},  # not a chat message
-        {"query": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "label": 1},
-        {"query": "No label"},
-    ])
+    path = _write(
+        tmp_path / "rows.jsonl",
+        [
+            {"query": "What is 3+4?", "label": 7, "source": "a", "level": 1},
+            {"query": MESSAGES, "label": "7", "source": "b", "level": 2},
+            {"query": "", "label": 1},  # empty prompt
+            {"query": [{"role": "robot", "content": "x"}], "label": 1},  # not a chat message
+            {"query": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "label": 1},
+            {"query": "No label"},
+        ],
+    )
     cfg = _custom(path, "data.prompt_key=query", "data.answer_key=label")
     problems, bad = read_jsonl(path, row_format(cfg.data))
     assert [p.question for p in problems] == ["What is 3+4?", MESSAGES]
@@ -50,24 +60,33 @@ def test_custom_rows_keep_every_column_and_read_the_reference(tmp_path):
 
 def test_a_missing_prompt_column_names_the_columns_the_rows_have(tmp_path):
     path = _write(tmp_path / "rows.jsonl", [{"question": "Q", "answer": "#### 1"}] * 2)
-    with pytest.raises(DataError, match=r"no usable rows \(2 bad: missing_prompt: 2\); the first row's columns "
-                                        r"are \['answer', 'question'\]"):
+    with pytest.raises(
+        DataError,
+        match=r"no usable rows \(2 bad: missing_prompt: 2\); the first row's columns "
+        r"are \['answer', 'question'\]",
+    ):
         read_jsonl(path, row_format(_custom(path).data))
 
 
 def test_an_answer_column_besides_the_reference_is_refused(tmp_path):
     path = _write(tmp_path / "rows.jsonl", [{"prompt": "Q", "label": "1", "answer": "other"}])
-    with pytest.raises(DataError, match=r"rows.jsonl:1: the rows have a column 'answer' besides the reference "
-                                        r"column 'label'"):
+    with pytest.raises(
+        DataError,
+        match=r"rows.jsonl:1: the rows have a column 'answer' besides the reference "
+        r"column 'label'",
+    ):
         read_jsonl(path, row_format(_custom(path, "data.answer_key=label").data))
 
 
 def test_math_rows_take_the_last_boxed_answer_of_the_solution(tmp_path):
-    path = _write(tmp_path / "math.jsonl", [
-        {"problem": "Find x.", "solution": "First \\boxed{2}, no: $x=\\boxed{\\frac{1}{2}}$.", "level": "Level 1"},
-        {"problem": "No box.", "solution": "It is 3."},
-        {"problem": "Q", "solution": "\\boxed{}"},
-    ])
+    path = _write(
+        tmp_path / "math.jsonl",
+        [
+            {"problem": "Find x.", "solution": "First \\boxed{2}, no: $x=\\boxed{\\frac{1}{2}}$.", "level": "Level 1"},
+            {"problem": "No box.", "solution": "It is 3."},
+            {"problem": "Q", "solution": "\\boxed{}"},
+        ],
+    )
     problems, bad = read_jsonl(path, MATH)
     assert [(p.answer, p.solution[:5]) for p in problems] == [("\\frac{1}{2}", "First")]
     assert problems[0].columns["level"] == "Level 1" and dict(bad) == {"no_boxed_answer": 2}
@@ -84,21 +103,36 @@ def test_chat_prompts_go_through_the_template_and_the_length_rule(tmp_path):
     assert encode_prompts(tokenizer, train, None, 100)[0] == tokenizer("Be brief.\nSay 7.\nAnswer: ")["input_ids"]
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (["data.task=custom", "data.train.path=a", "data.validation.path=b"],
-     "reward.functions: data.task custom has no verifier"),
-    (["reward.functions=[gsm8k, math]", "reward.weights=[1.0]"], "reward.weights: needs one weight per reward"),
-    (["reward.functions=[a.py:f, b.py:f]"], "reward.functions[1]: a second function named 'f'"),
-    (["reward.functions=[a.py:model]"], "reward.functions[0]: 'model' is a metric name dtppo logs itself"),
-    (["reward.functions=[gsm8k, a.py:late_chunks]", "reward.weights=[1, 1]"],
-     "reward.functions[1]: 'late_chunks' is a metric name dtppo logs itself"),
-    (["reward.functions=[gsm9k]"], "reward.functions[0]: 'gsm9k' is neither a built-in"),
-    (["reward.accuracy_from=mine"], "reward.accuracy_from: 'mine' is neither a built-in verifier nor one of"),
-    (["reward.model.batch_size=0"], "reward.model.batch_size: must be >= 1"),
-    (["data.task=custom", "data.train.path=a", "data.validation.path=b", "reward.functions=[gsm8k]",
-      "ppo.init_from_sft=true"], "ppo.init_from_sft: SFT trains on worked solutions"),
-    (["data.task=math"], "data.train.path: required when data.task is math"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (
+            ["data.task=custom", "data.train.path=a", "data.validation.path=b"],
+            "reward.functions: data.task custom has no verifier",
+        ),
+        (["reward.functions=[gsm8k, math]", "reward.weights=[1.0]"], "reward.weights: needs one weight per reward"),
+        (["reward.functions=[a.py:f, b.py:f]"], "reward.functions[1]: a second function named 'f'"),
+        (["reward.functions=[a.py:model]"], "reward.functions[0]: 'model' is a metric name dtppo logs itself"),
+        (
+            ["reward.functions=[gsm8k, a.py:late_chunks]", "reward.weights=[1, 1]"],
+            "reward.functions[1]: 'late_chunks' is a metric name dtppo logs itself",
+        ),
+        (["reward.functions=[gsm9k]"], "reward.functions[0]: 'gsm9k' is neither a built-in"),
+        (["reward.accuracy_from=mine"], "reward.accuracy_from: 'mine' is neither a built-in verifier nor one of"),
+        (["reward.model.batch_size=0"], "reward.model.batch_size: must be >= 1"),
+        (
+            [
+                "data.task=custom",
+                "data.train.path=a",
+                "data.validation.path=b",
+                "reward.functions=[gsm8k]",
+                "ppo.init_from_sft=true",
+            ],
+            "ppo.init_from_sft: SFT trains on worked solutions",
+        ),
+        (["data.task=math"], "data.train.path: required when data.task is math"),
+    ],
+)
 def test_reward_and_task_rules(overrides, fragment):
     tree: dict = {}
     for item in overrides:
@@ -118,6 +152,10 @@ def test_defaults_follow_the_task():
     assert (tiny.reward.functions, tiny.reward.weights, tiny.reward.accuracy_from) == (("gsm8k",), (1.0,), "gsm8k")
     math_cfg = config_lib.from_dict({"data": {"task": "math", "train": {"path": "a"}, "validation": {"path": "b"}}})
     assert (math_cfg.reward.functions, math_cfg.reward.accuracy_from) == (("math",), "math")
-    custom = config_lib.from_dict({"data": {"task": "custom", "train": {"path": "a"}, "validation": {"path": "b"}},
-                                   "reward": {"functions": ["x.py:f", "gsm8k"], "weights": [2, 0.5]}})
+    custom = config_lib.from_dict(
+        {
+            "data": {"task": "custom", "train": {"path": "a"}, "validation": {"path": "b"}},
+            "reward": {"functions": ["x.py:f", "gsm8k"], "weights": [2, 0.5]},
+        }
+    )
     assert (custom.reward.weights, custom.reward.accuracy_from) == ((2.0, 0.5), None)

@@ -4,8 +4,8 @@ import pytest
 
 from dtppo.config import TinyMathConfig
 from dtppo.data.formats import GSM8K
-from dtppo.data.rows import read_jsonl
 from dtppo.data.loader import PromptLoader
+from dtppo.data.rows import read_jsonl
 from dtppo.data.tiny_math import TinyMathStream, validation_set
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 
@@ -39,7 +39,8 @@ def test_hard_problems_mix_in_at_their_share_and_leave_easy_streams_unchanged():
     # hard_fraction 0 draws nothing extra: the default stream is the one every earlier run saw
     assert TinyMathStream(TinyMathConfig(hard_max_number=50), seed=3)[0] == TinyMathStream(CFG, seed=3)[0]
     assert TinyMathStream(CFG, seed=3)[0].question == (
-        "Tom has 5 eggs. He wins 11 more, then gives 3 to a friend. How many eggs does Tom have now?")
+        "Tom has 5 eggs. He wins 11 more, then gives 3 to a friend. How many eggs does Tom have now?"
+    )
 
 
 def test_careless_answers_are_always_wrong_bare_lines():

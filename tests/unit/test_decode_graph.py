@@ -26,8 +26,9 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
     cfg = config_lib.load(TINY, ["ppo.init_from_sft=false"])
     tok = build_char_tokenizer()
     model = build_causal_lm(None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id, 0).eval()
-    prompts = encode_prompts(tok, PromptLoader(build_sources(cfg)[0], 0).next_batch(8), cfg.data.system_prompt,
-                             cfg.data.max_prompt_tokens)
+    prompts = encode_prompts(
+        tok, PromptLoader(build_sources(cfg)[0], 0).next_batch(8), cfg.data.system_prompt, cfg.data.max_prompt_tokens
+    )
     stops, ids = stop_token_ids(model, tok), torch.arange(8)
 
     eager_generator = TorchGenerator(model, stops, tok.pad_token_id)
@@ -56,8 +57,9 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
     # forward's. (Against eager decoding the comparison is above: after many steps of a sharper model, fused and
     # unfused fp32 kernels may round one near-tie apart, which is not what this part checks.)
     with torch.no_grad():
-        full = logprobs_from_logits(model(input_ids=after.input_ids, attention_mask=after.attention_mask).logits,
-                                    after.input_ids)
+        full = logprobs_from_logits(
+            model(input_ids=after.input_ids, attention_mask=after.attention_mask).logits, after.input_ids
+        )
     assert float(((full - after.gen_logprobs).abs() * after.response_mask).max()) < 1e-5
     fresh = TorchGenerator(model, stops, tok.pad_token_id, compile=True).sample(prompts, params, 3, ids)
     assert torch.equal(fresh.input_ids, after.input_ids) and torch.equal(fresh.gen_logprobs, after.gen_logprobs)

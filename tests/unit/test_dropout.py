@@ -19,9 +19,13 @@ def _rows(vocab: int) -> Experience:
     prompt, response = torch.tensor([5, 3, 7, 4]), torch.tensor([6, 9, 2, 5])
     width = int((prompt + response).max())
     attention = (torch.arange(width)[None] < (prompt + response)[:, None]).long()
-    return Experience(input_ids=torch.randint(0, vocab, (4, width), generator=g) * attention,
-                      attention_mask=attention, response_mask=build_response_mask(prompt, response, width),
-                      gen_logprobs=torch.zeros(4, width), truncated=torch.zeros(4, dtype=torch.bool))
+    return Experience(
+        input_ids=torch.randint(0, vocab, (4, width), generator=g) * attention,
+        attention_mask=attention,
+        response_mask=build_response_mask(prompt, response, width),
+        gen_logprobs=torch.zeros(4, width),
+        truncated=torch.zeros(4, dtype=torch.bool),
+    )
 
 
 def test_the_policy_trains_without_dropout(gpt2_dir):

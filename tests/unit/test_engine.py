@@ -16,8 +16,11 @@ def _experience(batch=8, width=6):
     for b in range(batch):
         mask[b, 1 : 2 + b % (width - 1)] = 1  # unequal valid-token counts per row
     return Experience(
-        input_ids=torch.randn(batch, width), attention_mask=torch.ones(batch, width, dtype=torch.long),
-        response_mask=mask, gen_logprobs=torch.zeros(batch, width), truncated=torch.zeros(batch, dtype=torch.bool),
+        input_ids=torch.randn(batch, width),
+        attention_mask=torch.ones(batch, width, dtype=torch.long),
+        response_mask=mask,
+        gen_logprobs=torch.zeros(batch, width),
+        truncated=torch.zeros(batch, dtype=torch.bool),
         returns=torch.randn(batch, width),
     )
 
@@ -81,7 +84,9 @@ def test_balanced_rows_gives_equal_shares_with_even_tokens():
 
 def test_experience_take_picks_rows_and_trims():
     exp = _experience()
-    exp = exp.replace(attention_mask=(torch.arange(6)[None] < torch.tensor([[2], [5], [3], [6], [1], [4], [2], [3]])).long())
+    exp = exp.replace(
+        attention_mask=(torch.arange(6)[None] < torch.tensor([[2], [5], [3], [6], [1], [4], [2], [3]])).long()
+    )
     part = exp.take(torch.tensor([0, 2, 4]))
     assert part.batch_size == 3 and part.input_ids.shape[1] == 3
     assert torch.equal(part.returns, exp.returns[[0, 2, 4], :3])
@@ -141,8 +146,10 @@ def test_a_tied_embedding_is_saved_once_and_tied_again_on_load(tmp_path):
     assert "lm_head.weight" not in state["model"] and "model.embed_tokens.weight" in state["model"]
     new = checkpoint.save(tmp_path / "new", 1, {"policy": state}, {}, {}, keep_last=1)
     # a checkpoint written before: the embedding under both names
-    old_state = {"model": dict(state["model"], **{"lm_head.weight": state["model"]["model.embed_tokens.weight"]}),
-                 "optim": state["optim"]}
+    old_state = {
+        "model": dict(state["model"], **{"lm_head.weight": state["model"]["model.embed_tokens.weight"]}),
+        "optim": state["optim"],
+    }
     old = checkpoint.save(tmp_path / "old", 1, {"policy": old_state}, {}, {}, keep_last=1)
     embedding_bytes = model.model.embed_tokens.weight.numel() * 4
     size = {p: sum(f.stat().st_size for f in (p / "weights").iterdir()) for p in (new, old)}

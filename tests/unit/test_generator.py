@@ -14,8 +14,14 @@ from dtppo.rollout import decoder as decoder_module
 from dtppo.rollout.generator import TorchGenerator
 from dtppo.rollout.sampler import SamplingParams
 
-TEXTS = ["Natalia sold clips to 48 of her friends in April.", "How many apples?", "1 + 2 =",
-         "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes.", "x", "The answer is"]
+TEXTS = [
+    "Natalia sold clips to 48 of her friends in April.",
+    "How many apples?",
+    "1 + 2 =",
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes.",
+    "x",
+    "The answer is",
+]
 
 
 def _real_format(directory):

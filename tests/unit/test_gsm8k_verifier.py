@@ -188,8 +188,6 @@ def test_subprocess():
         "from dtppo.rewards.verifiers.gsm8k import gsm8k_reward as r\n"
         "print(r('$\\\\frac{36}{2}$', '18'), r('#### 72', '72'), r('\\\\boxed{9^{9^9}}', '9'))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1.0", "1.0", "0.0"]

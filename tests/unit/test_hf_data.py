@@ -55,8 +55,9 @@ def saved(datasets, tmp_path) -> dict[str, Path]:
 
 
 def _load(train: Path | str, *extra: str) -> config_lib.Config:
-    cfg = config_lib.load(TINY, ["data.task=gsm8k", f"data.train.path={train}", f"data.validation.path={train}",
-                                 *extra])
+    cfg = config_lib.load(
+        TINY, ["data.task=gsm8k", f"data.train.path={train}", f"data.validation.path={train}", *extra]
+    )
     preflight(cfg)
     return cfg
 
@@ -69,8 +70,13 @@ def test_a_saved_dataset_reads_like_the_same_jsonl(saved):
     problems, bad = read_hf("data.train", cfg.data.train, GSM8K, None, RowRules())
     assert problems == expected and bad == expected_bad
     assert [p.answer for p in problems] == ["5", "1006", "-3.5"]
-    assert bad == {"missing_question": 2, "missing_answer": 1, "no_answer_line": 1, "empty_answer": 1,
-                   "non_numeric_answer": 1}
+    assert bad == {
+        "missing_question": 2,
+        "missing_answer": 1,
+        "no_answer_line": 1,
+        "empty_answer": 1,
+        "non_numeric_answer": 1,
+    }
     assert read_hf("data.train", cfg.data.train, GSM8K, 2, RowRules())[0] == expected[:2]
 
 
@@ -106,15 +112,27 @@ def test_no_usable_rows_and_missing_columns_are_data_errors(datasets, tmp_path):
         read_hf("data.train", _load(renamed).data.train, GSM8K, None, RowRules())
 
 
-@pytest.mark.parametrize("extra, key", [
-    ([], "data.train.split"),  # a DatasetDict needs a split
-    (["data.train.split=validation"], "data.train.split"),  # not one of its splits
-    (["data.train.split=train", "data.train.hf_config=main"], "data.train.hf_config"),  # local: no configs
-])
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ([], "data.train.split"),  # a DatasetDict needs a split
+        (["data.train.split=validation"], "data.train.split"),  # not one of its splits
+        (["data.train.split=train", "data.train.hf_config=main"], "data.train.hf_config"),  # local: no configs
+    ],
+)
 def test_hf_keys_that_do_not_fit_the_directory_are_refused(saved, extra, key):
     with pytest.raises(ConfigError) as err:
-        preflight(config_lib.load(TINY, ["data.task=gsm8k", f"data.train.path={saved['dict']}",
-                                         f"data.validation.path={saved['jsonl']}", *extra]))
+        preflight(
+            config_lib.load(
+                TINY,
+                [
+                    "data.task=gsm8k",
+                    f"data.train.path={saved['dict']}",
+                    f"data.validation.path={saved['jsonl']}",
+                    *extra,
+                ],
+            )
+        )
     assert str(err.value).startswith(key + ":"), err.value
 
 
@@ -122,8 +140,11 @@ def test_a_single_dataset_has_no_splits_and_a_hub_id_needs_one(saved):
     with pytest.raises(ConfigError, match=r"^data\.train\.split: .* holds a single dataset"):
         _load(saved["disk"], "data.train.split=train")
     with pytest.raises(ConfigError, match=r"^data\.train\.split: required for hub dataset openai/gsm8k"):
-        preflight(config_lib.load(TINY, ["data.task=gsm8k", "data.train.path=openai/gsm8k",
-                                         f"data.validation.path={saved['jsonl']}"]))
+        preflight(
+            config_lib.load(
+                TINY, ["data.task=gsm8k", "data.train.path=openai/gsm8k", f"data.validation.path={saved['jsonl']}"]
+            )
+        )
 
 
 def test_a_directory_that_is_not_a_saved_dataset_is_refused(datasets, tmp_path):
@@ -132,17 +153,24 @@ def test_a_directory_that_is_not_a_saved_dataset_is_refused(datasets, tmp_path):
         _load(tmp_path / "notes")
 
 
-@pytest.mark.parametrize("overrides, key, extra", [
-    (["data.task=gsm8k", "data.train.path=openai/gsm8k", "data.train.split=train"], "data.train.path", "hf"),
-    (["logger.wandb.enabled=true"], "logger.wandb.enabled", "wandb"),
-    (["logger.mlflow.enabled=true"], "logger.mlflow.enabled", "mlflow"),
-])
-def test_a_missing_optional_package_is_a_config_error_with_the_install_command(monkeypatch, tmp_path, overrides,
-                                                                               key, extra):
+@pytest.mark.parametrize(
+    "overrides, key, extra",
+    [
+        (["data.task=gsm8k", "data.train.path=openai/gsm8k", "data.train.split=train"], "data.train.path", "hf"),
+        (["logger.wandb.enabled=true"], "logger.wandb.enabled", "wandb"),
+        (["logger.mlflow.enabled=true"], "logger.mlflow.enabled", "mlflow"),
+    ],
+)
+def test_a_missing_optional_package_is_a_config_error_with_the_install_command(
+    monkeypatch, tmp_path, overrides, key, extra
+):
     """As if the package were not installed (find_spec finds nothing): refused by preflight, before any compute."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("datasets", "wandb", "mlflow") else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("datasets", "wandb", "mlflow") else real(name, *a),
+    )
     jsonl = tmp_path / "v.jsonl"
     jsonl.write_text(json.dumps(RECORDS[0]) + "\n")
     with pytest.raises(ConfigError) as err:
@@ -155,15 +183,31 @@ def test_a_hub_id_without_network_is_one_line_exit_2_quickly(datasets, tmp_path)
     jsonl = tmp_path / "v.jsonl"
     jsonl.write_text(json.dumps(RECORDS[0]) + "\n")
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    args = ["ppo", TINY, "ppo.init_from_sft=false", "data.task=gsm8k", "data.train.path=openai/gsm8k",
-            "data.train.hf_config=main", "data.train.split=train", f"data.validation.path={jsonl}",
-            "logger.tensorboard=false", "checkpointing.enabled=false"]
+    args = [
+        "ppo",
+        TINY,
+        "ppo.init_from_sft=false",
+        "data.task=gsm8k",
+        "data.train.path=openai/gsm8k",
+        "data.train.hf_config=main",
+        "data.train.split=train",
+        f"data.validation.path={jsonl}",
+        "logger.tensorboard=false",
+        "checkpointing.enabled=false",
+    ]
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "dtppo", *map(str, args)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtppo", *map(str, args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     elapsed = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dtppo: error: data.train.path: cannot load the HF dataset "
-                                                   "openai/gsm8k (hf_config main, split train)"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        "dtppo: error: data.train.path: cannot load the HF dataset openai/gsm8k (hf_config main, split train)"
+    ), proc.stderr
     assert elapsed < 120  # the whole CLI, imports included, on a loaded 2-core machine; a retry loop takes minutes

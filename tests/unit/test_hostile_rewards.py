@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dtppo.config import RewardConfig
-from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.scoring import RewardScorer
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from hostile_catalogue import catalogue
 
 CASES = catalogue()
@@ -50,8 +50,18 @@ def scorer():
 def test_catalogue_covers_every_class():
     kinds = {c.kind for c in CASES}
     assert len(CASES) >= 200
-    assert kinds == {"format", "power_tower", "huge_integer", "deep_latex", "binary_garbage", "megabyte",
-                     "unicode", "invisible", "hostile_truth", "non_string"}
+    assert kinds == {
+        "format",
+        "power_tower",
+        "huge_integer",
+        "deep_latex",
+        "binary_garbage",
+        "megabyte",
+        "unicode",
+        "invisible",
+        "hostile_truth",
+        "non_string",
+    }
     right = [c for c in CASES if c.expected == 1.0]
     assert len(right) >= 80 and len(CASES) - len(right) >= 200
     assert max(len(c.response) for c in CASES if isinstance(c.response, str)) >= 1_000_000
@@ -106,8 +116,10 @@ def test_10k_parallel_scorings_stay_within_a_memory_bound(scorer):
     assert scorer.late_chunks == late and elapsed < POOL.timeout_s
     assert scores == [_as_reward_function(c) for c in cycle]
     assert scorer.pool.worker_pids == workers  # nothing was restarted: the growth is the workers' own
-    print(f"\n{PARALLEL_SCORINGS} scorings ({chars / 1e9:.2f} G chars) in {elapsed:.2f} s; peak RSS growth MiB: "
-          f"workers {[round(growth[p], 1) for p in workers]} (of {[round(baseline[p]) for p in workers]}), "
-          f"caller {growth[parent]:.1f}")
+    print(
+        f"\n{PARALLEL_SCORINGS} scorings ({chars / 1e9:.2f} G chars) in {elapsed:.2f} s; peak RSS growth MiB: "
+        f"workers {[round(growth[p], 1) for p in workers]} (of {[round(baseline[p]) for p in workers]}), "
+        f"caller {growth[parent]:.1f}"
+    )
     assert max(growth[p] for p in workers) < WORKER_GROWTH_MIB
     assert growth[parent] < PARENT_GROWTH_MIB

@@ -153,17 +153,24 @@ def describe_cycle(graph: dict[str, dict[str, list[Edge]]], component: list[str]
 
 
 def test_loading_a_recipe_imports_neither_torch_nor_transformers():
-    code = ("import sys, dtppo.config; dtppo.config.load('recipes/tiny-math-cpu.yaml'); "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys, dtppo.config; dtppo.config.load('recipes/tiny-math-cpu.yaml'); "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
 
 def test_config_imports_only_config_the_standard_library_and_yaml():
-    outside = [f"{e.importer} line {e.line} imports {e.imported}" for e in import_edges()
-               if node_of(e.importer) == "config" and node_of(e.imported) != "config"
-               and e.imported not in sys.stdlib_module_names and e.imported != "yaml"]
+    outside = [
+        f"{e.importer} line {e.line} imports {e.imported}"
+        for e in import_edges()
+        if node_of(e.importer) == "config"
+        and node_of(e.imported) != "config"
+        and e.imported not in sys.stdlib_module_names
+        and e.imported != "yaml"
+    ]
     assert outside == []
 
 
@@ -186,6 +193,7 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     edge = Edge("x", "y", 1)
     graph = {"a": {"b": [edge]}, "b": {"c": [edge]}, "c": {"a": [edge]}, "d": {"a": [edge]}}
     assert sorted(strongly_connected(graph)) == [["a", "b", "c"], ["d"]]
-    assert describe_cycle(graph, ["a", "b", "c"]) == ("a, b, c: a -> b (x line 1 imports y); b -> c (x line 1 "
-                                                       "imports y); c -> a (x line 1 imports y)")
+    assert describe_cycle(graph, ["a", "b", "c"]) == (
+        "a, b, c: a -> b (x line 1 imports y); b -> c (x line 1 imports y); c -> a (x line 1 imports y)"
+    )
     assert sorted(strongly_connected({"a": {"b": [edge]}, "b": {}})) == [["a"], ["b"]]

@@ -31,8 +31,18 @@ def _qwen():
 
 def _gpt2():
     torch.manual_seed(4)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+    )
 
 
 @pytest.mark.parametrize("build", [_qwen, _gpt2], ids=["qwen2", "gpt2"])
@@ -72,9 +82,18 @@ def test_packed_rows_equal_padded_rows():
     packed = pack_rows(ids, attention)
     with torch.no_grad():
         padded = token_logprobs(model, ids, attention, response, 1.0, 4)
-        unpacked = packed.unpack(token_logprobs(model, packed.input_ids, packed.attention_mask,
-                                                packed.pack(response), 1.0, 4, packed.position_ids,
-                                                packed.sequence_starts))
+        unpacked = packed.unpack(
+            token_logprobs(
+                model,
+                packed.input_ids,
+                packed.attention_mask,
+                packed.pack(response),
+                1.0,
+                4,
+                packed.position_ids,
+                packed.sequence_starts,
+            )
+        )
     assert packed.num_rows < ids.shape[0]
     assert torch.allclose(unpacked, padded, atol=1e-5, rtol=0)
 
@@ -85,8 +104,18 @@ def test_a_response_at_a_packed_sequence_start_gets_no_prediction_from_its_neigh
     everything = attention.bool()  # every token wanted, even each sequence's first
     packed = pack_rows(ids, attention)
     with torch.no_grad():
-        out = packed.unpack(token_logprobs(model, packed.input_ids, packed.attention_mask, packed.pack(everything),
-                                           1.0, 8, packed.position_ids, packed.sequence_starts))
+        out = packed.unpack(
+            token_logprobs(
+                model,
+                packed.input_ids,
+                packed.attention_mask,
+                packed.pack(everything),
+                1.0,
+                8,
+                packed.position_ids,
+                packed.sequence_starts,
+            )
+        )
     assert torch.all(out[:, 0] == 0) and torch.all(out[:, 1:][everything[:, 1:]] != 0)
 
 

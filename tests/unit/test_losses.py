@@ -35,8 +35,9 @@ def test_policy_loss_matches_float64_reference_asymmetric_and_dual_clip():
 
 def test_policy_loss_gradient_sign_increases_advantaged_tokens():
     lp = torch.zeros(1, 2, requires_grad=True)
-    loss, _ = policy_loss(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), 0.2, 0.2,
-                          gen_logprobs=torch.zeros(1, 2))
+    loss, _ = policy_loss(
+        lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), 0.2, 0.2, gen_logprobs=torch.zeros(1, 2)
+    )
     loss.backward()
     assert lp.grad[0, 0] < 0 < lp.grad[0, 1]  # descent raises log π of the A>0 token, lowers the A<0 one
 
@@ -142,8 +143,17 @@ def _expected_over_generator(theta, stat, kl_estimator="k3", kl_coef=0.0, old=_P
     for y in range(len(_PI_GEN)):
         one = lambda t: t[y].reshape(1, 1)  # noqa: E731
         loss, stats = policy_loss(
-            one(logp), one(old.log()), torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1), 0.2, 0.2,
-            None, one(_PI_REF.log()), kl_coef, kl_estimator, gen_logprobs=one(_PI_GEN.log()),
+            one(logp),
+            one(old.log()),
+            torch.zeros(1, 1, dtype=torch.float64),
+            torch.ones(1, 1),
+            0.2,
+            0.2,
+            None,
+            one(_PI_REF.log()),
+            kl_coef,
+            kl_estimator,
+            gen_logprobs=one(_PI_GEN.log()),
         )
         total = total + _PI_GEN[y] * (loss if stat is None else stats[stat])
     return total

@@ -7,8 +7,7 @@ import torch
 
 from dtppo.algorithms.advantages import group_normalized_advantages
 from dtppo.algorithms.losses import policy_loss
-from dtppo.algorithms.mismatch import (mismatch_sample_mask, rollout_is_stats, rollout_is_weights,
-                                       seq_mult_prob_error)
+from dtppo.algorithms.mismatch import mismatch_sample_mask, rollout_is_stats, rollout_is_weights, seq_mult_prob_error
 from dtppo.types import Experience
 
 POISON = 1e4  # on padding: any leak shows up as an absurd number
@@ -18,8 +17,9 @@ def _pair():
     """Row 0: log π_old − log π_gen = (0.5, −0.3, 1.0) then padding; row 1: (−0.2, −0.2), then padding;
     row 2: no response token."""
     gen = torch.tensor([[-1.0, -2.0, -3.0, POISON], [-0.5, -0.5, POISON, POISON], [POISON] * 4], dtype=torch.float64)
-    old = torch.tensor([[-0.5, -2.3, -2.0, -POISON], [-0.7, -0.7, -POISON, -POISON], [-POISON] * 4],
-                       dtype=torch.float64)
+    old = torch.tensor(
+        [[-0.5, -2.3, -2.0, -POISON], [-0.7, -0.7, -POISON, -POISON], [-POISON] * 4], dtype=torch.float64
+    )
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.float64)
     return gen, old, mask
 
@@ -36,8 +36,10 @@ def test_seq_mult_prob_error_by_hand():
 def test_token_weights_are_truncated_ratios():
     gen, old, mask = _pair()
     weights = rollout_is_weights(old, gen, mask, "token", cap=2.0)
-    expected = torch.tensor([[math.exp(0.5), math.exp(-0.3), 2.0, 0], [math.exp(-0.2), math.exp(-0.2), 0, 0],
-                             [0, 0, 0, 0]], dtype=torch.float64)
+    expected = torch.tensor(
+        [[math.exp(0.5), math.exp(-0.3), 2.0, 0], [math.exp(-0.2), math.exp(-0.2), 0, 0], [0, 0, 0, 0]],
+        dtype=torch.float64,
+    )
     assert torch.allclose(weights, expected, atol=1e-12)
 
 
@@ -45,8 +47,9 @@ def test_sequence_weights_are_the_truncated_product():
     gen, old, mask = _pair()
     weights = rollout_is_weights(old, gen, mask, "sequence", cap=2.0)
     # Row 0: exp(0.5 − 0.3 + 1.0) = 3.32 -> 2 on each token; row 1: exp(−0.4) = 0.670 on each token.
-    expected = torch.tensor([[2.0, 2.0, 2.0, 0], [math.exp(-0.4), math.exp(-0.4), 0, 0], [0, 0, 0, 0]],
-                            dtype=torch.float64)
+    expected = torch.tensor(
+        [[2.0, 2.0, 2.0, 0], [math.exp(-0.4), math.exp(-0.4), 0, 0], [0, 0, 0, 0]], dtype=torch.float64
+    )
     assert torch.allclose(weights, expected, atol=1e-12)
     long = rollout_is_weights(torch.zeros(1, 500), -torch.ones(1, 500), torch.ones(1, 500), "sequence", cap=3.0)
     assert torch.allclose(long, torch.full((1, 500), 3.0))  # exp(500) would overflow; the cap is applied in log space
@@ -94,9 +97,13 @@ def test_grpo_group_statistics_leave_out_masked_samples():
 
 
 def test_train_mask_is_the_response_mask_times_the_sample_mask():
-    exp = Experience(input_ids=torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]),
-                     response_mask=torch.tensor([[0.0, 1, 1], [0, 1, 0]]), gen_logprobs=torch.zeros(2, 3),
-                     truncated=torch.zeros(2, dtype=torch.bool))
+    exp = Experience(
+        input_ids=torch.zeros(2, 3, dtype=torch.long),
+        attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]),
+        response_mask=torch.tensor([[0.0, 1, 1], [0, 1, 0]]),
+        gen_logprobs=torch.zeros(2, 3),
+        truncated=torch.zeros(2, dtype=torch.bool),
+    )
     assert exp.train_mask is exp.response_mask
     masked = exp.replace(sample_mask=torch.tensor([0.0, 1.0]))
     assert masked.train_mask.tolist() == [[0, 0, 0], [0, 1, 0]]

@@ -16,17 +16,21 @@ from dtppo.workers.engine import TrainEngine
 def _experience(batch=8, width=4):
     torch.manual_seed(0)
     return Experience(
-        input_ids=torch.randn(batch, width), attention_mask=torch.ones(batch, width, dtype=torch.long),
-        response_mask=torch.ones(batch, width), gen_logprobs=torch.zeros(batch, width),
-        truncated=torch.zeros(batch, dtype=torch.bool), returns=torch.randn(batch, width),
+        input_ids=torch.randn(batch, width),
+        attention_mask=torch.ones(batch, width, dtype=torch.long),
+        response_mask=torch.ones(batch, width),
+        gen_logprobs=torch.zeros(batch, width),
+        truncated=torch.zeros(batch, dtype=torch.bool),
+        returns=torch.randn(batch, width),
     )
 
 
 def _engine(limit, name="policy"):
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)
-    return model, TrainEngine(model, OptimizerConfig(lr=0.1), SchedulerConfig(), max_grad_norm=1.0, name=name,
-                              max_consecutive_nonfinite=limit)
+    return model, TrainEngine(
+        model, OptimizerConfig(lr=0.1), SchedulerConfig(), max_grad_norm=1.0, name=name, max_consecutive_nonfinite=limit
+    )
 
 
 def _loss(model, bad_calls, calls):

@@ -5,8 +5,8 @@ import torch
 from transformers import Qwen2Config, Qwen2Model
 
 from dtppo import config as config_lib
-from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.metrics import normalise
+from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel
 from dtppo.ops import shift_right
 from dtppo.packing import first_fit_decreasing, pack_rows
@@ -16,8 +16,17 @@ from dtppo.workers.value import ValueWorker
 
 TOL = 1e-5
 RECIPE = "recipes/tiny-math-cpu.yaml"
-SMALL = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in
-         [("hidden_size", 32), ("num_layers", 2), ("num_heads", 4), ("num_kv_heads", 2), ("intermediate_size", 64)]]
+SMALL = [
+    f"{w}.model.tiny.{k}={v}"
+    for w in ("policy", "value")
+    for k, v in [
+        ("hidden_size", 32),
+        ("num_layers", 2),
+        ("num_heads", 4),
+        ("num_kv_heads", 2),
+        ("intermediate_size", 64),
+    ]
+]
 
 
 def _batch(vocab=40, lengths=(5, 12, 3, 9, 7, 1, 12, 4), seed=0):
@@ -74,8 +83,15 @@ def test_shift_right_restarts_at_sequence_starts():
 
 def _value_models():
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    cfg = Qwen2Config(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     cfg._attn_implementation = "sdpa"
     padded = ValueModel(Qwen2Model(cfg), seed=3)
     packed = ValueModel(Qwen2Model(cfg), seed=3, sequence_packing=True)
@@ -119,9 +135,19 @@ def test_packed_value_never_reads_across_a_sequence_boundary():
 
 def _config(packing: bool):
     flags = [f"policy.sequence_packing={packing}", f"value.sequence_packing={packing}"]
-    return config_lib.load(RECIPE, [*SMALL, *flags, "ppo.init_from_sft=false", "ppo.num_prompts_per_step=8",
-                                    "policy.train_global_batch_size=8", "value.train_global_batch_size=8",
-                                    "policy.train_micro_batch_size=4", "value.train_micro_batch_size=4"])
+    return config_lib.load(
+        RECIPE,
+        [
+            *SMALL,
+            *flags,
+            "ppo.init_from_sft=false",
+            "ppo.num_prompts_per_step=8",
+            "policy.train_global_batch_size=8",
+            "value.train_global_batch_size=8",
+            "policy.train_micro_batch_size=4",
+            "value.train_micro_batch_size=4",
+        ],
+    )
 
 
 def _experience(vocab: int) -> Experience:
@@ -132,9 +158,13 @@ def _experience(vocab: int) -> Experience:
     attention = (torch.arange(width)[None] < (prompt + response)[:, None]).long()
     mask = build_response_mask(prompt, response, width)
     return Experience(
-        input_ids=torch.randint(3, vocab, (8, width), generator=g) * attention, attention_mask=attention,
-        response_mask=mask, gen_logprobs=torch.zeros(8, width), truncated=torch.zeros(8, dtype=torch.bool),
-        advantages=torch.randn(8, width, generator=g) * mask, returns=torch.randn(8, width, generator=g) * mask,
+        input_ids=torch.randint(3, vocab, (8, width), generator=g) * attention,
+        attention_mask=attention,
+        response_mask=mask,
+        gen_logprobs=torch.zeros(8, width),
+        truncated=torch.zeros(8, dtype=torch.bool),
+        advantages=torch.randn(8, width, generator=g) * mask,
+        returns=torch.randn(8, width, generator=g) * mask,
     )
 
 

@@ -13,9 +13,13 @@ from dtppo.workers.engine import TrainEngine
 
 
 def _train_once(engine: TrainEngine, model: torch.nn.Linear) -> None:
-    exp = Experience(input_ids=torch.zeros(4, 3, dtype=torch.long), attention_mask=torch.ones(4, 3, dtype=torch.long),
-                     response_mask=torch.ones(4, 3), gen_logprobs=torch.zeros(4, 3),
-                     truncated=torch.zeros(4, dtype=torch.bool))
+    exp = Experience(
+        input_ids=torch.zeros(4, 3, dtype=torch.long),
+        attention_mask=torch.ones(4, 3, dtype=torch.long),
+        response_mask=torch.ones(4, 3),
+        gen_logprobs=torch.zeros(4, 3),
+        truncated=torch.zeros(4, dtype=torch.bool),
+    )
 
     def loss(micro):
         features = micro.response_mask[..., None].expand(-1, -1, 8)

@@ -24,8 +24,15 @@ LAYERS = 3
 
 def _model(role: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=50, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=2,
-                         num_key_value_heads=1, intermediate_size=64, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        tie_word_embeddings=True,
+    )
     config._attn_implementation = "sdpa"
     return Qwen2ForCausalLM(config) if role == "policy" else ValueModel(Qwen2Model(config), seed=0)
 
@@ -49,8 +56,10 @@ def _loss(role: str, model, ids, attention, mask, target) -> torch.Tensor:
 def _step(role: str, model) -> tuple[torch.Tensor, dict[str, torch.Tensor], int, int]:
     """Loss, gradients, and the blocks' forward calls during forward and during backward."""
     calls = [0]
-    hooks = [layer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-             for layer in decoder_layers(model)]
+    hooks = [
+        layer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        for layer in decoder_layers(model)
+    ]
     model.train()
     loss = _loss(role, model, *_batch())
     in_forward = calls[0]

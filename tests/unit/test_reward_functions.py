@@ -17,7 +17,7 @@ from dtppo.rewards.functions import _BUILTIN_FUNCTIONS, call_function, check_arg
 from dtppo.rewards.rewarder import Rewarder, reward_columns
 from dtppo.rewards.scoring import RewardScorer
 
-USER_FILE = '''
+USER_FILE = """
 import json, os
 
 def trl_style(completions, **kwargs):
@@ -49,7 +49,7 @@ def as_numpy(completions, **kwargs):
     return numpy.ones(len(completions)) * 0.5
 
 NOT_CALLABLE = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -82,13 +82,16 @@ def test_the_loader_finds_files_modules_and_builtins(user_file):
     assert reward_function("gsm8k")(prompts=["q"], completions=["#### 4"], answer=["4"]) == [1.0]
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("missing.py:f", "file not found: missing.py"),
-    ("{file}:absent", "has no 'absent'"),
-    ("{file}:NOT_CALLABLE", "NOT_CALLABLE is a int, not callable"),
-    ("no_such_module_xyz:f", "cannot import no_such_module_xyz: ModuleNotFoundError"),
-    ("gsm9k", "is neither a built-in"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("missing.py:f", "file not found: missing.py"),
+        ("{file}:absent", "has no 'absent'"),
+        ("{file}:NOT_CALLABLE", "NOT_CALLABLE is a int, not callable"),
+        ("no_such_module_xyz:f", "cannot import no_such_module_xyz: ModuleNotFoundError"),
+        ("gsm9k", "is neither a built-in"),
+    ],
+)
 def test_loader_errors_name_the_spec(user_file, spec, fragment):
     spec = spec.format(file=user_file)
     with pytest.raises(RewardFunctionError) as err:
@@ -114,13 +117,16 @@ def test_required_arguments_must_be_columns(user_file):
         check_arguments("gsm8k", reward_function("gsm8k"), [])  # a built-in verifier needs a reference
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("raises", "raised ValueError: boom (on a chunk of samples 10..12)"),
-    ("short", "returned 1 scores for 3 samples"),
-    ("text_score", "returned 'high' (str), not a number or None for sample 10 (prompt 'p0')"),
-    ("nan_second", "returned nan for sample 11 (prompt 'p1')"),
-    ("inf_first", "returned inf for sample 10"),
-])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("raises", "raised ValueError: boom (on a chunk of samples 10..12)"),
+        ("short", "returned 1 scores for 3 samples"),
+        ("text_score", "returned 'high' (str), not a number or None for sample 10 (prompt 'p0')"),
+        ("nan_second", "returned nan for sample 11 (prompt 'p1')"),
+        ("inf_first", "returned inf for sample 10"),
+    ],
+)
 def test_bad_results_are_errors_naming_the_function_and_first_bad_sample(user_file, name, fragment):
     spec = f"{user_file}:{name}"
     with pytest.raises(RewardFunctionError) as err:
@@ -164,8 +170,12 @@ def test_a_failing_function_in_the_pool_stops_with_its_name(user_file):
 
 
 def _rewarder(functions, weights) -> Rewarder:
-    cfg = from_dict({"data": {"task": "custom", "train": {"path": "t"}, "validation": {"path": "v"}},
-                     "reward": {"functions": functions, "weights": weights, "num_workers": 0}})
+    cfg = from_dict(
+        {
+            "data": {"task": "custom", "train": {"path": "t"}, "validation": {"path": "v"}},
+            "reward": {"functions": functions, "weights": weights, "num_workers": 0},
+        }
+    )
     return Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, device=None)
 
 
@@ -193,8 +203,10 @@ def test_conversational_rows_give_trl_style_message_completions(user_file):
 
 
 def test_reward_columns_carry_every_column_and_the_reference_as_answer():
-    problems = [Problem("q", "", "7", {"question": "q", "answer": "full #### 7", "x": 1}),
-                Problem("r", "", "8", {"question": "r", "answer": "full #### 8"})]
+    problems = [
+        Problem("q", "", "7", {"question": "q", "answer": "full #### 7", "x": 1}),
+        Problem("r", "", "8", {"question": "r", "answer": "full #### 8"}),
+    ]
     columns = reward_columns(problems)
     assert columns == {"question": ["q", "r"], "answer": ["7", "8"], "x": [1, None]}
 

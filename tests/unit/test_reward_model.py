@@ -80,7 +80,7 @@ def test_a_long_conversation_keeps_its_last_max_length_tokens(rm_dir):
     text = conv[0]["content"] + completion  # the char template renders user + assistant contents back to back
     keep = len(completion) + 10
     assert len(text) > keep
-    tail = [{"role": "user", "content": text[-keep:-len(completion)]}, {"role": "assistant", "content": completion}]
+    tail = [{"role": "user", "content": text[-keep : -len(completion)]}, {"role": "assistant", "content": completion}]
     truncated = _rm(rm_dir, max_length=keep).score([conv])
     assert torch.allclose(truncated, _rm(rm_dir).score([tail]), atol=1e-5, rtol=0)
     assert not torch.allclose(truncated, _rm(rm_dir).score([conv]), atol=1e-5, rtol=0)

@@ -21,9 +21,13 @@ def _prompts(n):
 
 def test_generation_logprobs_match_a_full_forward():
     model = _model()
-    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(_prompts(8), SamplingParams(20), 7, torch.arange(8))
+    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
+        _prompts(8), SamplingParams(20), 7, torch.arange(8)
+    )
     with torch.no_grad():
-        lp = logprobs_from_logits(model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids)
+        lp = logprobs_from_logits(
+            model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids
+        )
     err = ((lp - exp.gen_logprobs).abs() * exp.response_mask).max()
     assert err < 1e-5
     assert torch.all(exp.gen_logprobs[exp.response_mask == 0] == 0)
@@ -33,7 +37,9 @@ def test_generation_logprobs_are_of_the_tempered_distribution():
     """At T = 0.7 π_gen is softmax(logits / 0.7), as the trainer computes it: token_mult_prob_error ≈ 1; the
     untempered log-probs (what a sampler that ignored T would report) are far off."""
     model, mask_error = _model(), lambda a, b, m: float((torch.exp((a - b).abs()) * m).sum() / m.sum())
-    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(_prompts(8), SamplingParams(20, temperature=0.7), 7, torch.arange(8))
+    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
+        _prompts(8), SamplingParams(20, temperature=0.7), 7, torch.arange(8)
+    )
     with torch.no_grad():
         logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
     tempered, plain = (logprobs_from_logits(logits / t, exp.input_ids) for t in (0.7, 1.0))
@@ -44,7 +50,9 @@ def test_generation_logprobs_are_of_the_tempered_distribution():
 def test_rows_are_right_padded_prompt_then_response():
     model = _model()
     prompts = _prompts(5)
-    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts, SamplingParams(12), 1, torch.arange(5))
+    exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
+        prompts, SamplingParams(12), 1, torch.arange(5)
+    )
     for b, p in enumerate(prompts):
         assert exp.input_ids[b, : len(p)].tolist() == p
         n = int(exp.response_mask[b].sum())
@@ -58,12 +66,18 @@ def test_rows_are_right_padded_prompt_then_response():
 def test_samples_depend_only_on_key_and_sample_id():
     model = _model()
     prompts = _prompts(6)
-    full = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts, SamplingParams(16), 42, torch.arange(6))
-    part = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts[3:], SamplingParams(16), 42, torch.arange(3, 6))
+    full = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
+        prompts, SamplingParams(16), 42, torch.arange(6)
+    )
+    part = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
+        prompts[3:], SamplingParams(16), 42, torch.arange(3, 6)
+    )
     for i in range(3):
         n = int(part.attention_mask[i].sum())
         assert torch.equal(part.input_ids[i, :n], full.input_ids[3 + i, :n])
-    other = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(prompts, SamplingParams(16), 43, torch.arange(6))
+    other = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
+        prompts, SamplingParams(16), 43, torch.arange(6)
+    )
     assert not torch.equal(other.input_ids, full.input_ids)
 
 
@@ -174,8 +188,12 @@ def test_sampling_at_a_large_vocabulary_matches_the_distribution():
     logits = torch.full((vocab,), -4.0)
     logits[[3, 70_000, vocab - 1]] = torch.tensor([6.0, 5.0, 4.0])
     p = torch.softmax(logits.double(), -1)
-    tokens = torch.cat([choose_tokens(logits.expand(500, vocab), SamplingParams(1), 11, torch.arange(i, i + 500), 2)[0]
-                        for i in range(0, n, 500)])
+    tokens = torch.cat(
+        [
+            choose_tokens(logits.expand(500, vocab), SamplingParams(1), 11, torch.arange(i, i + 500), 2)[0]
+            for i in range(0, n, 500)
+        ]
+    )
     heavy = [3, 70_000, vocab - 1]
     for tok in heavy:
         freq, q = float((tokens == tok).double().mean()), float(p[tok])

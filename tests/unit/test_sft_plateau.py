@@ -16,8 +16,9 @@ DEMO = RECIPES / "tiny-math-critic-cpu.yaml"
 def _run(accuracies, patience, min_improvement=0.01, floor=0.0):
     """Validate once per accuracy until the rule stops; the steps validated."""
     curve = iter(accuracies)
-    plateau = Plateau(lambda step: next(curve), period=100, patience=patience, min_improvement=min_improvement,
-                      floor=floor)
+    plateau = Plateau(
+        lambda step: next(curve), period=100, patience=patience, min_improvement=min_improvement, floor=floor
+    )
     steps = []
     for i in range(len(accuracies)):
         plateau.validate(100 * (i + 1))
@@ -85,8 +86,14 @@ def test_saved_results_read_back_and_refuse_a_bad_file(tmp_path):
         saved_results(cfg)
 
 
-@pytest.mark.parametrize("override, key", [("sft.patience=2", "sft.patience"), ("sft.val_period=-1", "sft.val_period"),
-                                           ("sft.min_accuracy=1.5", "sft.min_accuracy")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("sft.patience=2", "sft.patience"),
+        ("sft.val_period=-1", "sft.val_period"),
+        ("sft.min_accuracy=1.5", "sft.min_accuracy"),
+    ],
+)
 def test_bad_plateau_settings_are_config_errors(override, key):
     overrides = [override] if override != "sft.patience=2" else [override, "sft.val_period=0"]
     with pytest.raises(config_lib.ConfigError, match=rf"^{key}:"):

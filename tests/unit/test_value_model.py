@@ -6,8 +6,15 @@ from dtppo.models.value import ValueModel
 
 def _backbone(seed=0):
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64)
+    cfg = Qwen2Config(
+        vocab_size=40,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return Qwen2Model(cfg)
 
 

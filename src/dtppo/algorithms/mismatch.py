@@ -37,12 +37,15 @@ def seq_mult_prob_error(gen_logprobs: torch.Tensor, old_logprobs: torch.Tensor, 
 
 
 def mismatch_sample_mask(seq_error: torch.Tensor, threshold: float) -> torch.Tensor:
-    """1 for a sequence whose ``seq_mult_prob_error`` is at most ``threshold``, else 0. seq_error: [B] -> [B] float32."""
+    """1 for a sequence whose ``seq_mult_prob_error`` is at most ``threshold``, else 0.
+
+    seq_error: [B] -> [B] float32."""
     return (seq_error <= threshold).float()
 
 
-def rollout_is_weights(old_logprobs: torch.Tensor, gen_logprobs: torch.Tensor, mask: torch.Tensor,
-                       level: RolloutIS, cap: float) -> torch.Tensor:
+def rollout_is_weights(
+    old_logprobs: torch.Tensor, gen_logprobs: torch.Tensor, mask: torch.Tensor, level: RolloutIS, cap: float
+) -> torch.Tensor:
     """Truncated importance weights ``min(π_old/π_gen, cap)`` for the policy loss, detached; 0 off the mask.
 
     old_logprobs, gen_logprobs, mask: [B, T] -> [B, T] float32. ``token``: per token. ``sequence``: per sequence,

@@ -19,9 +19,12 @@ def check(cfg: Config) -> None:
         _check_layout(cfg, section)
         _check_batches(cfg, section)
     _check_tiny_tensor_parallel(cfg)
-    require(not (cfg.data.task == "custom" and cfg.ppo.init_from_sft), "ppo.init_from_sft",
-            "SFT trains on worked solutions, which data.task custom does not have: start from a model "
-            "(policy.model.path) instead")
+    require(
+        not (cfg.data.task == "custom" and cfg.ppo.init_from_sft),
+        "ppo.init_from_sft",
+        "SFT trains on worked solutions, which data.task custom does not have: start from a model "
+        "(policy.model.path) instead",
+    )
     _check_reward(cfg)
 
 
@@ -30,41 +33,68 @@ def _check_reward(cfg: Config) -> None:
     that is scored (the functions themselves are ``RewardConfig``'s)."""
     reward = cfg.reward
     names = [parse_spec(spec).name for spec in reward.functions]
-    require(len(reward.weights) == len(reward.functions), "reward.weights",
-            f"needs one weight per reward function ({len(reward.functions)}), got {len(reward.weights)}")
-    require(bool(reward.functions) or reward.model.path is not None, "reward.functions",
-            f"data.task {cfg.data.task} has no verifier: name at least one reward function, or reward.model.path")
+    require(
+        len(reward.weights) == len(reward.functions),
+        "reward.weights",
+        f"needs one weight per reward function ({len(reward.functions)}), got {len(reward.weights)}",
+    )
+    require(
+        bool(reward.functions) or reward.model.path is not None,
+        "reward.functions",
+        f"data.task {cfg.data.task} has no verifier: name at least one reward function, or reward.model.path",
+    )
     builtin = reward.accuracy_from is not None and reward.accuracy_from in BUILTINS
-    require(reward.accuracy_from is None or builtin or reward.accuracy_from in names, "reward.accuracy_from",
-            f"{reward.accuracy_from!r} is neither a built-in verifier nor one of reward.functions {names}")
+    require(
+        reward.accuracy_from is None or builtin or reward.accuracy_from in names,
+        "reward.accuracy_from",
+        f"{reward.accuracy_from!r} is neither a built-in verifier nor one of reward.functions {names}",
+    )
 
 
 def _check_grpo(cfg: Config) -> None:
     """GRPO's baseline is the group: one sample per prompt has none, and there is no critic to place or warm up."""
     if cfg.has_critic:
         return
-    require(cfg.ppo.num_generations_per_prompt >= 2, "ppo.num_generations_per_prompt",
-            f"must be >= 2 with ppo.advantage_estimator=grpo (the group is the baseline), "
-            f"got {cfg.ppo.num_generations_per_prompt}")
-    require(cfg.ppo.policy_training_start_step == 0, "ppo.policy_training_start_step",
-            "must be 0 with ppo.advantage_estimator=grpo (it is a critic warmup; grpo has no critic)")
-    require(cfg.cluster.colocated, "cluster.policy_ranks",
-            "must be 0 with ppo.advantage_estimator=grpo (there is no critic pool to give ranks to)")
-    require(not (cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward), "loss.kl_in_reward",
-            "must be false with ppo.advantage_estimator=grpo (its advantages use the outcome reward only; "
-            "the KL goes in the loss, as in DeepSeekMath)")
+    require(
+        cfg.ppo.num_generations_per_prompt >= 2,
+        "ppo.num_generations_per_prompt",
+        f"must be >= 2 with ppo.advantage_estimator=grpo (the group is the baseline), "
+        f"got {cfg.ppo.num_generations_per_prompt}",
+    )
+    require(
+        cfg.ppo.policy_training_start_step == 0,
+        "ppo.policy_training_start_step",
+        "must be 0 with ppo.advantage_estimator=grpo (it is a critic warmup; grpo has no critic)",
+    )
+    require(
+        cfg.cluster.colocated,
+        "cluster.policy_ranks",
+        "must be 0 with ppo.advantage_estimator=grpo (there is no critic pool to give ranks to)",
+    )
+    require(
+        not (cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward),
+        "loss.kl_in_reward",
+        "must be false with ppo.advantage_estimator=grpo (its advantages use the outcome reward only; "
+        "the KL goes in the loss, as in DeepSeekMath)",
+    )
 
 
 def _check_vllm(cfg: Config) -> None:
     """What the vLLM backend supports: one whole-model engine per policy rank, built on every rank (its sampling
     rules are ``GenerationConfig``'s, its installation ``dtppo.preflight``'s)."""
     key = "policy.generation.backend"
-    require(cfg.policy.parallel.tp == 1, "policy.parallel.tp",
-            f"must be 1 with {key}=vllm (a tensor-parallel vLLM engine inside the training ranks is not "
-            f"supported yet), got {cfg.policy.parallel.tp}")
+    require(
+        cfg.policy.parallel.tp == 1,
+        "policy.parallel.tp",
+        f"must be 1 with {key}=vllm (a tensor-parallel vLLM engine inside the training ranks is not "
+        f"supported yet), got {cfg.policy.parallel.tp}",
+    )
     # vLLM's engine creates process groups collectively over all launched ranks, so every rank must build one.
-    require(cfg.cluster.colocated, "cluster.policy_ranks",
-            f"must be 0 (policy and critic colocated) with {key}=vllm, got {cfg.cluster.policy_ranks}")
+    require(
+        cfg.cluster.colocated,
+        "cluster.policy_ranks",
+        f"must be 0 (policy and critic colocated) with {key}=vllm, got {cfg.cluster.policy_ranks}",
+    )
 
 
 def _check_tiny_tensor_parallel(cfg: Config) -> None:
@@ -73,9 +103,12 @@ def _check_tiny_tensor_parallel(cfg: Config) -> None:
         built = _tiny_architecture(cfg, section)
         tp = getattr(cfg, section).parallel.tp
         if built is not None and tp > 1:
-            require(built.num_kv_heads % tp == 0 and built.intermediate_size % tp == 0, f"{section}.parallel.tp",
-                    f"{tp} must divide the tiny model's num_kv_heads ({built.num_kv_heads}) and "
-                    f"intermediate_size ({built.intermediate_size}): tensor parallelism splits whole heads")
+            require(
+                built.num_kv_heads % tp == 0 and built.intermediate_size % tp == 0,
+                f"{section}.parallel.tp",
+                f"{tp} must divide the tiny model's num_kv_heads ({built.num_kv_heads}) and "
+                f"intermediate_size ({built.intermediate_size}): tensor parallelism splits whole heads",
+            )
 
 
 def _tiny_architecture(cfg: Config, section: str) -> TinyModelConfig | None:
@@ -93,12 +126,18 @@ def _check_layout(cfg: Config, section: Literal["policy", "value"]) -> None:
     parallel = getattr(cfg, section).parallel
     key = f"{section}.parallel.tp"
     pool = len(cfg.cluster.pool(section))
-    require(pool % parallel.tp == 0, key,
-            f"{parallel.tp} must divide the {section} pool's {pool} ranks (cluster.num_nodes * "
-            f"cluster.workers_per_node, split by cluster.policy_ranks)")
-    require((pool // parallel.tp) % parallel.dp_replicate == 0, f"{section}.parallel.dp_replicate",
-            f"{parallel.dp_replicate} must divide the {section} pool's {pool // parallel.tp} data-parallel ranks "
-            f"(its ranks / {key})")
+    require(
+        pool % parallel.tp == 0,
+        key,
+        f"{parallel.tp} must divide the {section} pool's {pool} ranks (cluster.num_nodes * "
+        f"cluster.workers_per_node, split by cluster.policy_ranks)",
+    )
+    require(
+        (pool // parallel.tp) % parallel.dp_replicate == 0,
+        f"{section}.parallel.dp_replicate",
+        f"{parallel.dp_replicate} must divide the {section} pool's {pool // parallel.tp} data-parallel ranks "
+        f"(its ranks / {key})",
+    )
 
 
 def _check_batches(cfg: Config, section: Literal["policy", "value"]) -> None:
@@ -108,15 +147,24 @@ def _check_batches(cfg: Config, section: Literal["policy", "value"]) -> None:
     worker, dp = getattr(cfg, section), cfg.data_parallel_size(section)
     global_batch, micro_batch = worker.train_global_batch_size, worker.train_micro_batch_size
     gkey, mkey = f"{section}.train_global_batch_size", f"{section}.train_micro_batch_size"
-    require(cfg.samples_per_step % global_batch == 0, gkey,
-            f"{global_batch} must divide ppo.num_prompts_per_step * ppo.num_generations_per_prompt "
-            f"= {cfg.samples_per_step}")
-    require(global_batch % dp == 0, gkey,
-            f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
-            f"(the {section} pool's ranks / {section}.parallel.tp)")
+    require(
+        cfg.samples_per_step % global_batch == 0,
+        gkey,
+        f"{global_batch} must divide ppo.num_prompts_per_step * ppo.num_generations_per_prompt "
+        f"= {cfg.samples_per_step}",
+    )
+    require(
+        global_batch % dp == 0,
+        gkey,
+        f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
+        f"(the {section} pool's ranks / {section}.parallel.tp)",
+    )
     share = global_batch // dp
-    require(share % cfg.micro_batch_size(section) == 0, mkey,
-            f"{micro_batch} must divide the per-rank share of {gkey} = {share} (or be at least that share)")
+    require(
+        share % cfg.micro_batch_size(section) == 0,
+        mkey,
+        f"{micro_batch} must divide the per-rank share of {gkey} = {share} (or be at least that share)",
+    )
 
 
 def batch_clamp_notes(cfg: Config) -> list[str]:
@@ -133,8 +181,9 @@ def batch_clamp_notes(cfg: Config) -> list[str]:
         if chunk > step_share:
             clamped.append(f"{chunk_key} {chunk} -> {step_share}")
         if clamped:
-            notes.append(f"{role}: per-rank sizes clamped to a rank's share over {dp} data-parallel ranks: "
-                         + ", ".join(clamped))
+            notes.append(
+                f"{role}: per-rank sizes clamped to a rank's share over {dp} data-parallel ranks: " + ", ".join(clamped)
+            )
     return notes
 
 
@@ -142,6 +191,10 @@ def warn_unusual(cfg: Config) -> None:
     """Valid settings that exist for one experiment, not for training: said loudly, once per run (at load,
     in the launching process; ranks rebuild the config with ``from_dict``, which stays quiet)."""
     if not cfg.value.shift_values:
-        print("dtppo: WARNING: value.shift_values=false reads V(s_t) from the hidden state that has already "
-              "seen token t. It exists only for the value-alignment experiment (bench/critic.py alignment); "
-              "do not train with it.", file=sys.stderr, flush=True)
+        print(
+            "dtppo: WARNING: value.shift_values=false reads V(s_t) from the hidden state that has already "
+            "seen token t. It exists only for the value-alignment experiment (bench/critic.py alignment); "
+            "do not train with it.",
+            file=sys.stderr,
+            flush=True,
+        )

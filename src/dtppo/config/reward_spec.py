@@ -42,8 +42,9 @@ def parse_spec(text: str) -> FunctionSpec:
         return FunctionSpec(text, "builtin", text, text)
     target, sep, attribute = text.rpartition(":")
     if not sep or not target or not attribute:
-        raise ValueError(f"{text!r} is neither a built-in ({', '.join(BUILTINS)}) nor path/to/file.py:name nor "
-                         f"package.module:name")
+        raise ValueError(
+            f"{text!r} is neither a built-in ({', '.join(BUILTINS)}) nor path/to/file.py:name nor package.module:name"
+        )
     if not attribute.isidentifier():
         raise ValueError(f"{text!r}: {attribute!r} is not a Python name")
     if target.endswith(".py") or "/" in target or "\\" in target:

@@ -59,10 +59,21 @@ class TinyModelConfig:
     """Longest sequence (prompt + response) the rotary table covers."""
 
     def __post_init__(self) -> None:
-        _at_least(self, 1, "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                  "max_position_embeddings")
-        require(self.hidden_size % (2 * self.num_heads) == 0, "hidden_size",
-                "must be an even multiple of num_heads (rotary embeddings need an even head size)")
+        _at_least(
+            self,
+            1,
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        )
+        require(
+            self.hidden_size % (2 * self.num_heads) == 0,
+            "hidden_size",
+            "must be an even multiple of num_heads (rotary embeddings need an even head size)",
+        )
         require(self.num_heads % self.num_kv_heads == 0, "num_kv_heads", "must divide num_heads")
 
 
@@ -113,8 +124,9 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         require(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        require(self.total_steps is None or self.total_steps >= 0, "total_steps",
-                f"must be >= 0, got {self.total_steps}")
+        require(
+            self.total_steps is None or self.total_steps >= 0, "total_steps", f"must be >= 0, got {self.total_steps}"
+        )
         require(0.0 <= self.min_lr_ratio <= 1.0, "min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
 
 
@@ -153,16 +165,30 @@ class GenerationConfig:
         require(self.temperature > 0.0, "temperature", "must be > 0")
         require(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
         if self.backend == "vllm":
-            require(self.top_p == 1.0, "top_p", f"must be 1 with policy.generation.backend=vllm: vLLM reports "
-                    f"log-probs of the top-p-truncated distribution, the trainer of the full tempered one, got "
-                    f"{self.top_p}")
+            require(
+                self.top_p == 1.0,
+                "top_p",
+                f"must be 1 with policy.generation.backend=vllm: vLLM reports "
+                f"log-probs of the top-p-truncated distribution, the trainer of the full tempered one, got "
+                f"{self.top_p}",
+            )
             require(self.vllm_kv_cache_mib >= 1, "vllm_kv_cache_mib", "must be >= 1")
-            require(not self.decode_graph, "decode_graph",
-                    "applies to policy.generation.backend=torch only (vLLM captures its own CUDA graphs)")
-            require(self.decoder == "auto", "decoder", f"applies to policy.generation.backend=torch only (vLLM "
-                    f"decodes with its own kernels), got {self.decoder}")
-        require(not (self.decode_graph and self.decoder == "hf"), "decode_graph",
-                "needs the static decoder (policy.generation.decoder auto or static); hf decodes eagerly")
+            require(
+                not self.decode_graph,
+                "decode_graph",
+                "applies to policy.generation.backend=torch only (vLLM captures its own CUDA graphs)",
+            )
+            require(
+                self.decoder == "auto",
+                "decoder",
+                f"applies to policy.generation.backend=torch only (vLLM "
+                f"decodes with its own kernels), got {self.decoder}",
+            )
+        require(
+            not (self.decode_graph and self.decoder == "hf"),
+            "decode_graph",
+            "needs the static decoder (policy.generation.decoder auto or static); hf decodes eagerly",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,8 +253,9 @@ class PolicyConfig:
     memory, so there it changes nothing (docs/performance.md)."""
 
     def __post_init__(self) -> None:
-        _at_least(self, 1, "train_global_batch_size", "train_micro_batch_size", "logprob_batch_size",
-                  "logprob_chunk_size")
+        _at_least(
+            self, 1, "train_global_batch_size", "train_micro_batch_size", "logprob_batch_size", "logprob_chunk_size"
+        )
         require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
 
 
@@ -320,16 +347,31 @@ class PPOConfig:
     errors are logged either way)."""
 
     def __post_init__(self) -> None:
-        _at_least(self, 1, "max_num_steps", "num_prompts_per_step", "num_generations_per_prompt", "ppo_epochs",
-                  "val_period", "max_val_samples", "val_batch_size")
+        _at_least(
+            self,
+            1,
+            "max_num_steps",
+            "num_prompts_per_step",
+            "num_generations_per_prompt",
+            "ppo_epochs",
+            "val_period",
+            "max_val_samples",
+            "val_batch_size",
+        )
         require(self.policy_training_start_step >= 0, "policy_training_start_step", "must be >= 0")
-        require(self.max_consecutive_nonfinite_steps >= 0, "max_consecutive_nonfinite_steps",
-                "must be >= 0 (0 = never stop, only skip)")
+        require(
+            self.max_consecutive_nonfinite_steps >= 0,
+            "max_consecutive_nonfinite_steps",
+            "must be >= 0 (0 = never stop, only skip)",
+        )
         for name in ("gamma", "lambda_value", "lambda_policy"):
             require(0.0 <= getattr(self, name) <= 1.0, name, f"must be in [0, 1], got {getattr(self, name)}")
         require(self.length_adaptive_alpha >= 0.0, "length_adaptive_alpha", "must be >= 0")
-        require(self.seq_logprob_error_threshold is None or self.seq_logprob_error_threshold >= 1.0,
-                "seq_logprob_error_threshold", "must be >= 1 (no error is 1) or null")
+        require(
+            self.seq_logprob_error_threshold is None or self.seq_logprob_error_threshold >= 1.0,
+            "seq_logprob_error_threshold",
+            "must be >= 1 (no error is 1) or null",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -389,11 +431,17 @@ class TinyMathConfig:
 
     def __post_init__(self) -> None:
         require(self.max_number >= 2, "max_number", "must be >= 2")
-        require(1 <= self.min_ops <= self.max_ops, "min_ops",
-                "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops")
+        require(
+            1 <= self.min_ops <= self.max_ops,
+            "min_ops",
+            "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops",
+        )
         require(0.0 <= self.hard_fraction <= 1.0, "hard_fraction", "must be in [0, 1]")
-        require(self.hard_fraction == 0 or self.hard_max_number > self.max_number, "hard_max_number",
-                "must be > data.tiny_math.max_number when data.tiny_math.hard_fraction > 0")
+        require(
+            self.hard_fraction == 0 or self.hard_max_number > self.max_number,
+            "hard_max_number",
+            "must be > data.tiny_math.max_number when data.tiny_math.hard_fraction > 0",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -445,8 +493,11 @@ class DataConfig:
                 require(dataset.path is not None, f"{name}.path", f"required when data.task is {self.task}")
         if self.task == "custom":
             require(self.prompt_key.strip() != "", "prompt_key", "must name the prompt column")
-            require(self.answer_key is None or self.answer_key.strip() != "", "answer_key",
-                    "must name the reference column, or be null")
+            require(
+                self.answer_key is None or self.answer_key.strip() != "",
+                "answer_key",
+                "must name the reference column, or be null",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -492,9 +543,7 @@ class SFTConfig:
     """Examples per optimizer step."""
     optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
     """SFT's AdamW."""
-    scheduler: SchedulerConfig = field(
-        default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30)
-    )
+    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30))
     """SFT's learning-rate schedule (total_steps null = ``num_steps``)."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global L2 norm."""
@@ -562,11 +611,18 @@ class RewardConfig:
             except ValueError as err:
                 raise ConfigError(f"functions[{i}]: {err}") from None
         for i, name in enumerate(names):
-            require(name not in (MODEL_NAME, LATE_CHUNKS_NAME), f"functions[{i}]", f"{name!r} is a metric name "
-                    f"dtppo logs itself (train/reward/{name}: the reward model's, the late-chunk count): rename "
-                    f"the function")
-            require(name not in names[:i], f"functions[{i}]", f"a second function named {name!r}: metric names "
-                    f"(train/reward/<name>) must be unique")
+            require(
+                name not in (MODEL_NAME, LATE_CHUNKS_NAME),
+                f"functions[{i}]",
+                f"{name!r} is a metric name "
+                f"dtppo logs itself (train/reward/{name}: the reward model's, the late-chunk count): rename "
+                f"the function",
+            )
+            require(
+                name not in names[:i],
+                f"functions[{i}]",
+                f"a second function named {name!r}: metric names (train/reward/<name>) must be unique",
+            )
         require(all(math.isfinite(w) for w in self.weights or ()), "weights", "must be finite numbers")
         require(self.num_workers >= 0, "num_workers", "must be >= 0")
         require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
@@ -676,9 +732,12 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         _at_least(self, 1, "num_nodes", "workers_per_node")
         require(self.ray_timeout_s > 0, "ray_timeout_s", "must be > 0")
-        require(self.colocated or 0 < self.policy_ranks < self.world_size, "policy_ranks",
-                f"must be 0 (colocated) or leave the critic at least one of the {self.world_size} ranks, got "
-                f"{self.policy_ranks}")
+        require(
+            self.colocated or 0 < self.policy_ranks < self.world_size,
+            "policy_ranks",
+            f"must be 0 (colocated) or leave the critic at least one of the {self.world_size} ranks, got "
+            f"{self.policy_ranks}",
+        )
 
     @property
     def world_size(self) -> int:
@@ -725,12 +784,21 @@ class Config:
         # A frozen dataclass fills derived fields through object.__setattr__ (the documented way).
         reward, verifier = self.reward, TASK_VERIFIERS[self.data.task]
         functions = reward.functions if reward.functions is not None else tuple(v for v in [verifier] if v)
-        object.__setattr__(self, "reward", dataclasses.replace(
-            reward, functions=functions,
-            weights=reward.weights if reward.weights is not None else (1.0,) * len(functions),
-            accuracy_from=reward.accuracy_from if reward.accuracy_from is not None else verifier))
-        for name, length in [("sft", self.sft.num_steps), ("policy", self.optimizer_steps("policy")),
-                             ("value", self.optimizer_steps("value"))]:
+        object.__setattr__(
+            self,
+            "reward",
+            dataclasses.replace(
+                reward,
+                functions=functions,
+                weights=reward.weights if reward.weights is not None else (1.0,) * len(functions),
+                accuracy_from=reward.accuracy_from if reward.accuracy_from is not None else verifier,
+            ),
+        )
+        for name, length in [
+            ("sft", self.sft.num_steps),
+            ("policy", self.optimizer_steps("policy")),
+            ("value", self.optimizer_steps("value")),
+        ]:
             section = getattr(self, name)
             if section.scheduler.total_steps is None:
                 scheduler = dataclasses.replace(section.scheduler, total_steps=length)
@@ -771,8 +839,9 @@ class Config:
         rank's share of the global batch, so one recipe runs at any rank count. This is the size the engine's
         microbatch loop runs, which never takes more rows than the rank holds."""
         section = getattr(self, role)
-        return min(section.train_micro_batch_size,
-                   section.train_global_batch_size // max(self.data_parallel_size(role), 1))
+        return min(
+            section.train_micro_batch_size, section.train_global_batch_size // max(self.data_parallel_size(role), 1)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -784,4 +853,3 @@ def _to_plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_to_plain(v) for v in value]
     return value
-

@@ -21,16 +21,19 @@ from dtppo.data.problem import Problem
 from dtppo.data.rows import DataError, RowFormat, RowRules, collect_rows
 
 
-def read_hf(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None,
-            rules: RowRules) -> tuple[list[Problem], collections.Counter]:
+def read_hf(
+    key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None, rules: RowRules
+) -> tuple[list[Problem], collections.Counter]:
     """(usable problems, bad-row count per reason) of the HF dataset ``source`` names (config key ``key``,
     e.g. ``data.train``), read in ``fmt``."""
     dataset = _open(key, source)
     needed = [c for c in (fmt.prompt_key, fmt.answer_key) if c is not None]
     missing = [c for c in needed if c not in dataset.column_names]
     if missing:
-        raise DataError(f"{key}.path: {source.path} has no column {missing[0]!r} (columns: "
-                        f"{dataset.column_names}); {fmt.name} rows need {needed}")
+        raise DataError(
+            f"{key}.path: {source.path} has no column {missing[0]!r} (columns: "
+            f"{dataset.column_names}); {fmt.name} rows need {needed}"
+        )
     where = f"{source.path}[{source.split}]" if source.split else source.path
     return collect_rows(_rows(dataset, where), where, fmt, limit, rules)
 
@@ -57,8 +60,9 @@ def _open(key: str, source: DatasetConfig) -> Any:
     try:
         import datasets
     except ImportError:
-        raise DataError(f"{key}.path: {source.path} is an HF dataset and needs the datasets package: "
-                        f"pip install 'dtppo[hf]'") from None
+        raise DataError(
+            f"{key}.path: {source.path} is an HF dataset and needs the datasets package: pip install 'dtppo[hf]'"
+        ) from None
     datasets.disable_progress_bars()
     try:
         if Path(source.path).is_dir():
@@ -69,5 +73,7 @@ def _open(key: str, source: DatasetConfig) -> Any:
     # The library's failures have many types (network, cache, unknown config or split): each becomes one line.
     except Exception as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise DataError(f"{key}.path: cannot load the HF dataset {source.path} (hf_config {source.hf_config}, "
-                        f"split {source.split}): {type(err).__name__}: {detail}") from None
+        raise DataError(
+            f"{key}.path: cannot load the HF dataset {source.path} (hf_config {source.hf_config}, "
+            f"split {source.split}): {type(err).__name__}: {detail}"
+        ) from None

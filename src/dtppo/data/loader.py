@@ -58,24 +58,31 @@ class PromptLoader:
         self._order = self._permutation()
 
 
-def build_sources(cfg: Config, careless_fraction: float = 0.0, tokenizer: PreTrainedTokenizerBase | None = None,
-                  ) -> tuple[ProblemSource | list[Problem], list[Problem]]:
+def build_sources(
+    cfg: Config,
+    careless_fraction: float = 0.0,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+) -> tuple[ProblemSource | list[Problem], list[Problem]]:
     """(training source, validation problems) for ``cfg.data``. With ``tokenizer``, rows whose prompt exceeds
     ``data.max_prompt_tokens`` are bad rows (skipped or refused per ``data.on_bad_row``)."""
     data = cfg.data
     if data.task != "tiny_math":
-        rules = RowRules(data.on_bad_row, data.max_prompt_tokens,
-                         None if tokenizer is None else _prompt_length(tokenizer, data.system_prompt))
+        rules = RowRules(
+            data.on_bad_row,
+            data.max_prompt_tokens,
+            None if tokenizer is None else _prompt_length(tokenizer, data.system_prompt),
+        )
         fmt = row_format(data)
-        return (load_problems("data.train", data.train, fmt, None, rules),
-                load_problems("data.validation", data.validation, fmt, cfg.ppo.max_val_samples, rules))
+        return (
+            load_problems("data.train", data.train, fmt, None, rules),
+            load_problems("data.validation", data.validation, fmt, cfg.ppo.max_val_samples, rules),
+        )
     validation = validation_set(data.tiny_math, cfg.ppo.max_val_samples)
     exclude = {p.question for p in validation}
     return TinyMathStream(data.tiny_math, cfg.ppo.seed, careless_fraction, exclude), validation
 
 
-def load_problems(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None,
-                  rules: RowRules) -> list[Problem]:
+def load_problems(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None, rules: RowRules) -> list[Problem]:
     """The usable problems of a jsonl file or an HF dataset (config key ``key``, e.g. ``data.train``)."""
     if Path(source.path).is_file():
         return read_jsonl(source.path, fmt, limit, rules)[0]
@@ -86,6 +93,7 @@ def load_problems(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | 
 
 def _prompt_length(tokenizer: PreTrainedTokenizerBase, system_prompt: str | None):
     """Tokens of a prompt, counted exactly as ``encode_prompts`` encodes it."""
+
     def length(prompt: Prompt) -> int:
         text = format_prompt(tokenizer, prompt, system_prompt)
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -104,8 +112,9 @@ def conversation(prompt: Prompt, system_prompt: str | None) -> list[dict[str, st
 
 def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, system_prompt: str | None) -> str:
     """The prompt text through the tokenizer's chat template (ours or the model's)."""
-    return tokenizer.apply_chat_template(conversation(prompt, system_prompt), add_generation_prompt=True,
-                                         tokenize=False)
+    return tokenizer.apply_chat_template(
+        conversation(prompt, system_prompt), add_generation_prompt=True, tokenize=False
+    )
 
 
 def encode_prompts(

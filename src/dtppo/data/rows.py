@@ -58,8 +58,9 @@ class RowRules:
     prompt_length: Callable[[Prompt], int] | None = None
 
 
-def read_jsonl(path: str | Path, fmt: RowFormat, limit: int | None = None,
-               rules: RowRules = RowRules()) -> tuple[list[Problem], collections.Counter]:
+def read_jsonl(
+    path: str | Path, fmt: RowFormat, limit: int | None = None, rules: RowRules = RowRules()
+) -> tuple[list[Problem], collections.Counter]:
     """(usable problems, bad-row count per reason) of a jsonl file (the first ``limit`` usable ones). Blank lines
     are not rows. Raises FileNotFoundError for a missing file, DataError for a bad row under
     ``on_bad_row="error"`` or a file without one usable row."""
@@ -71,8 +72,9 @@ def read_jsonl(path: str | Path, fmt: RowFormat, limit: int | None = None,
         return collect_rows(rows, str(path), fmt, limit, rules)
 
 
-def collect_rows(rows: Iterable[tuple[str, Any]], source: str, fmt: RowFormat, limit: int | None,
-                 rules: RowRules) -> tuple[list[Problem], collections.Counter]:
+def collect_rows(
+    rows: Iterable[tuple[str, Any]], source: str, fmt: RowFormat, limit: int | None, rules: RowRules
+) -> tuple[list[Problem], collections.Counter]:
     """(usable problems, bad-row count per reason) of ``(where, row)`` pairs: ``where`` locates a row in its
     source for the error message (``file:line``), ``row`` is its decoded value (``INVALID_JSON`` if none)."""
     problems: list[Problem] = []
@@ -85,8 +87,9 @@ def collect_rows(rows: Iterable[tuple[str, Any]], source: str, fmt: RowFormat, l
         problem, reason = parse_row(row, fmt, rules)
         if reason is not None:
             if rules.on_bad_row == "error":
-                raise DataError(f"{where}: bad {fmt.name} row ({reason}); fix it, or set "
-                                f"data.on_bad_row=skip to skip such rows")
+                raise DataError(
+                    f"{where}: bad {fmt.name} row ({reason}); fix it, or set data.on_bad_row=skip to skip such rows"
+                )
             bad[reason] += 1
             continue
         problems.append(problem)
@@ -97,8 +100,7 @@ def collect_rows(rows: Iterable[tuple[str, Any]], source: str, fmt: RowFormat, l
         needed = [k for k in (fmt.prompt_key, fmt.answer_key) if k is not None]
         lacking = first_columns is not None and any(k not in first_columns for k in needed)
         hint = f"; the first row's columns are {first_columns}" if lacking else ""
-        raise DataError(f"{source}: no usable rows ({sum(bad.values())} bad{': ' if bad else ''}"
-                        f"{reasons}){hint}")
+        raise DataError(f"{source}: no usable rows ({sum(bad.values())} bad{': ' if bad else ''}{reasons}){hint}")
     if bad:
         log.warning("%s: skipped %d bad rows (%s)", source, sum(bad.values()), reasons)
     return problems, bad
@@ -107,9 +109,11 @@ def collect_rows(rows: Iterable[tuple[str, Any]], source: str, fmt: RowFormat, l
 def _check_answer_column(where: str, row: dict, fmt: RowFormat) -> None:
     """Reward functions get the reference as ``answer=``: a different column of that name would be hidden."""
     if not fmt.preset and fmt.answer_key not in (None, "answer") and "answer" in row:
-        raise DataError(f"{where}: the rows have a column 'answer' besides the reference column "
-                        f"{fmt.answer_key!r} (data.answer_key): reward functions get the reference as answer=, "
-                        f"so rename that column")
+        raise DataError(
+            f"{where}: the rows have a column 'answer' besides the reference column "
+            f"{fmt.answer_key!r} (data.answer_key): reward functions get the reference as answer=, "
+            f"so rename that column"
+        )
 
 
 INVALID_JSON = object()  # the decoded value of a line that is not JSON
@@ -143,8 +147,12 @@ def parse_row(row: Any, fmt: RowFormat, rules: RowRules) -> tuple[Problem | None
         if rules.prompt_length(prompt) > rules.max_prompt_tokens:
             return None, "prompt_too_long"
     solution = row.get(fmt.solution_key) if fmt.solution_key else None
-    return Problem(question=prompt, solution=solution.strip() if isinstance(solution, str) else "",
-                   answer=reference, columns={k: v for k, v in row.items() if k != fmt.prompt_key}), None
+    return Problem(
+        question=prompt,
+        solution=solution.strip() if isinstance(solution, str) else "",
+        answer=reference,
+        columns={k: v for k, v in row.items() if k != fmt.prompt_key},
+    ), None
 
 
 def _prompt(value: Any, key: str) -> tuple[Prompt | None, str | None]:
@@ -157,8 +165,9 @@ def _prompt(value: Any, key: str) -> tuple[Prompt | None, str | None]:
 
 
 def _messages(value: list) -> tuple[Messages | None, str | None]:
-    ok = bool(value) and all(isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
-                             for m in value)
+    ok = bool(value) and all(
+        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in value
+    )
     if not ok or value[-1]["role"] == "assistant":
         return None, "bad_messages"
     return [{"role": m["role"], "content": m["content"]} for m in value], None

@@ -12,13 +12,40 @@ from dtppo.config import TinyMathConfig
 from dtppo.data.problem import Problem
 
 NAMES = [
-    ("Tom", "He"), ("Anna", "She"), ("Ben", "He"), ("Mia", "She"), ("Sam", "He"), ("Lily", "She"),
-    ("Max", "He"), ("Emma", "She"), ("Leo", "He"), ("Zoe", "She"), ("Jack", "He"), ("Ella", "She"),
-    ("Noah", "He"), ("Ruby", "She"), ("Owen", "He"), ("Grace", "She"),
+    ("Tom", "He"),
+    ("Anna", "She"),
+    ("Ben", "He"),
+    ("Mia", "She"),
+    ("Sam", "He"),
+    ("Lily", "She"),
+    ("Max", "He"),
+    ("Emma", "She"),
+    ("Leo", "He"),
+    ("Zoe", "She"),
+    ("Jack", "He"),
+    ("Ella", "She"),
+    ("Noah", "He"),
+    ("Ruby", "She"),
+    ("Owen", "He"),
+    ("Grace", "She"),
 ]
 OBJECTS = [
-    "apples", "pens", "books", "cards", "coins", "shells", "stickers", "marbles",
-    "cookies", "balloons", "stamps", "rocks", "toys", "candies", "flowers", "eggs",
+    "apples",
+    "pens",
+    "books",
+    "cards",
+    "coins",
+    "shells",
+    "stickers",
+    "marbles",
+    "cookies",
+    "balloons",
+    "stamps",
+    "rocks",
+    "toys",
+    "candies",
+    "flowers",
+    "eggs",
 ]
 ADD_PHRASES = ["buys {n} more", "finds {n} more", "gets {n} more", "wins {n} more", "picks up {n} more"]
 SUB_PHRASES = ["gives away {n}", "loses {n}", "sells {n}", "drops {n}", "gives {n} to a friend"]
@@ -45,13 +72,9 @@ def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False
             clauses.append(rng.choice(ADD_PHRASES).format(n=n))
             lines.append(f"{value} + {n} = {value + n}")
             value += n
-    question = (
-        f"{name} has {start} {obj}. {pronoun} {', then '.join(clauses)}. "
-        f"How many {obj} does {name} have now?"
-    )
+    question = f"{name} has {start} {obj}. {pronoun} {', then '.join(clauses)}. How many {obj} does {name} have now?"
     solution = f"#### {before_last}" if careless else "\n".join(lines + [f"#### {value}"])
-    return Problem(question=question, solution=solution, answer=str(value),
-                   columns={"answer": solution})
+    return Problem(question=question, solution=solution, answer=str(value), columns={"answer": solution})
 
 
 def _rng(seed: int, index: int) -> random.Random:

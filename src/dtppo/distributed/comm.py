@@ -29,8 +29,9 @@ def all_reduce(x: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None
     if not is_distributed():
         return x
     out = x.detach().clone()
-    dist.all_reduce(out, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op],
-                    group=group)
+    dist.all_reduce(
+        out, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op], group=group
+    )
     return out
 
 

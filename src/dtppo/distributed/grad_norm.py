@@ -36,8 +36,12 @@ def global_grad_norm(grads: list[torch.Tensor], group: dist.ProcessGroup | None 
     # Every rank holding every gradient whole (pure replicas): the local sum is already the global one.
     reduce = any(c < size for c in copies)
     pieces = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-    local = torch.stack([torch.linalg.vector_norm(p, 2, dtype=torch.float32) ** 2 / (c if reduce else 1)
-                         for p, c in zip(pieces, copies)]).sum()
+    local = torch.stack(
+        [
+            torch.linalg.vector_norm(p, 2, dtype=torch.float32) ** 2 / (c if reduce else 1)
+            for p, c in zip(pieces, copies)
+        ]
+    ).sum()
     if reduce:
         dist.all_reduce(local, group=group)
     return local.sqrt()

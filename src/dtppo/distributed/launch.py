@@ -25,26 +25,35 @@ def run_ranks(fn: Callable[..., None], world_size: int, *args) -> None:
     """Call ``fn(*args)`` once per rank with the process group initialised (none for a single CPU process)."""
     if under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world_size:
-            raise ValueError(f"cluster.num_nodes * cluster.workers_per_node = {world_size}, but torchrun "
-                             f"started {os.environ['WORLD_SIZE']} ranks")
+            raise ValueError(
+                f"cluster.num_nodes * cluster.workers_per_node = {world_size}, but torchrun "
+                f"started {os.environ['WORLD_SIZE']} ranks"
+            )
         _run_in_group(fn, args)
     elif world_size == 1 and torch.cuda.is_available():
         # One GPU process still joins a (one-rank) group: its models are then FSDP2-wrapped with the same
         # bf16-parameter / fp32-reduction policy as a multi-rank run, not trained in plain fp32.
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0",
-                          WORLD_SIZE="1")
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1"
+        )
         _run_in_group(fn, args)
     elif world_size == 1:
         fn(*args)
     else:
         port = _free_port()
-        mp.start_processes(_spawned_rank, args=(world_size, port, fn, args), nprocs=world_size, join=True,
-                           start_method="spawn")
+        mp.start_processes(
+            _spawned_rank, args=(world_size, port, fn, args), nprocs=world_size, join=True, start_method="spawn"
+        )
 
 
 def _spawned_rank(local_rank: int, world_size: int, port: int, fn: Callable[..., None], args: tuple) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(local_rank),
-                      LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(world_size),
+    )
     _run_in_group(fn, args)
 
 

@@ -26,7 +26,6 @@ from torch.distributed.tensor.parallel import (
 
 from dtppo.distributed.parallel_dims import MeshAxis, ParallelDims, fsdp_mesh
 
-
 # Where decoder blocks live: Qwen2/Llama-style (causal LM, base model, ValueModel), then GPT-2-style.
 _BLOCK_PATHS = ("model.layers", "backbone.layers", "layers", "transformer.h", "backbone.h", "h")
 
@@ -96,9 +95,11 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh, sequence_parallel: bool) -> 
             }
             parallelize_module(layer, tp_mesh, entry_exit)
             parallelize_module(
-                layer, tp_mesh,
-                PrepareModuleOutput(output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),),
-                                    use_local_output=True),
+                layer,
+                tp_mesh,
+                PrepareModuleOutput(
+                    output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),), use_local_output=True
+                ),
             )
 
 
@@ -112,8 +113,11 @@ def compute_dtype() -> torch.dtype:
 def mixed_precision() -> MixedPrecisionPolicy:
     """FSDP2's policy for :func:`compute_dtype`: parameters cast to it for compute, gradients reduced in fp32."""
     dtype = compute_dtype()
-    return MixedPrecisionPolicy() if dtype == torch.float32 else \
-        MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    return (
+        MixedPrecisionPolicy()
+        if dtype == torch.float32
+        else MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    )
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims, cpu_offload: bool = False) -> nn.Module:

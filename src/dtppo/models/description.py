@@ -11,8 +11,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GenerationConfig, PreTrainedModel, \
-    PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from dtppo.config import Config
 from dtppo.models.causal_lm import tiny_qwen2_config

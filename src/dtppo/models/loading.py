@@ -19,8 +19,7 @@ def loading_from(path: str) -> Iterator[None]:
     # corrupt weights, a hub name without network): each becomes one line; DTPPO_DEBUG=1 shows the traceback.
     except Exception as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise InputError(f"{path}: cannot load a model or tokenizer from it: {type(err).__name__}: {detail}"
-                         ) from err
+        raise InputError(f"{path}: cannot load a model or tokenizer from it: {type(err).__name__}: {detail}") from err
 
 
 def disable_dropout(model: nn.Module) -> nn.Module:

@@ -23,9 +23,16 @@ from torch import nn
 from dtppo.ops import shift_right
 
 
-def token_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, wanted: torch.Tensor,
-                   temperature: float, chunk_size: int, position_ids: torch.Tensor | None = None,
-                   sequence_starts: torch.Tensor | None = None) -> torch.Tensor:
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    wanted: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+    position_ids: torch.Tensor | None = None,
+    sequence_starts: torch.Tensor | None = None,
+) -> torch.Tensor:
     """log softmax(logits / temperature) of each token where ``wanted``, 0 elsewhere. -> [B, T] float32.
 
     model: an HF causal LM (``base_model``, ``get_output_embeddings`` and ``logits_to_keep``, as Qwen2, Llama,
@@ -40,15 +47,21 @@ def token_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: to
         scored &= ~sequence_starts.bool()
     rows, cols = scored.nonzero(as_tuple=True)
     with _head_over(model, rows, cols, input_ids[rows, cols], temperature, chunk_size) as result:
-        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-              logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device), use_cache=False)
+        model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),
+            use_cache=False,
+        )
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     return out.index_put((rows, cols), result["logprobs"])
 
 
 @contextmanager
-def _head_over(model: nn.Module, rows: torch.Tensor, cols: torch.Tensor, targets: torch.Tensor, temperature: float,
-               chunk_size: int) -> Iterator[dict[str, torch.Tensor]]:
+def _head_over(
+    model: nn.Module, rows: torch.Tensor, cols: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_size: int
+) -> Iterator[dict[str, torch.Tensor]]:
     """Hooks for one forward: the base model's last hidden state is kept, and the LM head's call computes the
     chunked log-probs of ``targets``, the tokens at (rows, cols), into the yielded dict's ``"logprobs"``: [N]
     float32. The hidden state at t-1 predicts token t: the one shift helper moves it to t first."""
@@ -70,8 +83,14 @@ def _head_over(model: nn.Module, rows: torch.Tensor, cols: torch.Tensor, targets
             handle.remove()
 
 
-def chunked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                     temperature: float, chunk_size: int) -> torch.Tensor:
+def chunked_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+) -> torch.Tensor:
     """log softmax((hidden·Wᵀ + b) / temperature) at ``targets``, ``chunk_size`` rows at a time.
 
     hidden: [N, H]; weight: [V, H]; bias: [V] or None; targets: [N] int64 -> [N] float32. Backward recomputes each
@@ -99,10 +118,14 @@ class _ChunkedLogprobs(torch.autograd.Function):
         hidden, weight, bias, targets = ctx.saved_tensors
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # Accumulated in fp32 whatever the parameters' dtype: bf16 sums over many chunks would lose the small ones.
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
-            if ctx.needs_input_grad[1] else None
-        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) \
-            if bias is not None and ctx.needs_input_grad[2] else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        )
+        grad_bias = (
+            torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device)
+            if bias is not None and ctx.needs_input_grad[2]
+            else None
+        )
         for start, logits in _chunk_logits(hidden, weight, bias, ctx.temperature, ctx.chunk_size):
             stop = start + len(logits)
             upstream = grad_out[start:stop, None]
@@ -121,8 +144,9 @@ class _ChunkedLogprobs(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float,
-                  chunk_size: int) -> Iterator[tuple[int, torch.Tensor]]:
+def _chunk_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float, chunk_size: int
+) -> Iterator[tuple[int, torch.Tensor]]:
     """(first row, fp32 logits / temperature [chunk, V]) for each chunk of ``hidden`` [N, H]."""
     for start in range(0, hidden.shape[0], chunk_size):
         logits = F.linear(hidden[start : start + chunk_size], weight, bias).float()

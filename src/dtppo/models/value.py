@@ -29,8 +29,15 @@ class ValueModel(nn.Module):
     score head (:func:`reward_model_head`); a missing bias starts at 0. ``seed`` and ``init_std`` are then unused.
     """
 
-    def __init__(self, backbone: PreTrainedModel, seed: int = 0, init_std: float = 0.02, shift: bool = True,
-                 sequence_packing: bool = False, head: tuple[torch.Tensor, torch.Tensor | None] | None = None):
+    def __init__(
+        self,
+        backbone: PreTrainedModel,
+        seed: int = 0,
+        init_std: float = 0.02,
+        shift: bool = True,
+        sequence_packing: bool = False,
+        head: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    ):
         super().__init__()
         self.backbone = backbone
         self.score = nn.Linear(backbone.config.hidden_size, 1)
@@ -46,13 +53,15 @@ class ValueModel(nn.Module):
                 self.score.weight.copy_(weight.reshape(self.score.weight.shape))
                 self.score.bias.copy_(bias.reshape(1) if bias is not None else torch.zeros(1))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Head output at every position (unshifted). input_ids: [B, T]; attention_mask: [B, T] padding mask,
         or [B, 1, T, T] bool for packed rows with their position_ids [B, T] -> [B, T] float32."""
         # No KV cache: the critic never decodes (and under activation checkpointing transformers would warn).
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False).last_hidden_state
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
         # A copy, not a view: FSDP2 cannot hook backward into a view of the root output.
         return self.score(hidden).squeeze(-1).to(torch.float32, copy=True)
 
@@ -121,7 +130,9 @@ def reward_model_head(path: str | None) -> tuple[torch.Tensor, torch.Tensor | No
             names = set(shard.keys())
             tensors |= {key: shard.get_tensor(key) for key in ("score.weight", "score.bias") if key in names}
     if "score.weight" not in tensors:
-        raise InputError(f"{path}: a reward model directory without a `score.weight` in *.safetensors; its "
-                         "head is read from safetensors only")
+        raise InputError(
+            f"{path}: a reward model directory without a `score.weight` in *.safetensors; its "
+            "head is read from safetensors only"
+        )
     bias = tensors.get("score.bias")
     return tensors["score.weight"].float(), bias.float() if bias is not None else None

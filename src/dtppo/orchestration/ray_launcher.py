@@ -40,14 +40,27 @@ class RayRank:
             port = sock.getsockname()[1]
         return ray.util.get_node_ip_address(), port, ray.get_runtime_context().get_node_id()
 
-    def run(self, fn: Callable[..., None], args: tuple, rank: int, world_size: int, master: tuple[str, int],
-            local_world_size: int) -> int:
+    def run(
+        self,
+        fn: Callable[..., None],
+        args: tuple,
+        rank: int,
+        world_size: int,
+        master: tuple[str, int],
+        local_world_size: int,
+    ) -> int:
         """The rank's exit code: 0, or the code of a deliberate stop (the actor itself stays up for the driver
         to kill, so a SystemExit must come back as a value, not end the actor)."""
         from dtppo.distributed.launch import _run_in_group
 
-        os.environ.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local_world_size))
+        os.environ.update(
+            MASTER_ADDR=master[0],
+            MASTER_PORT=str(master[1]),
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE=str(local_world_size),
+        )
         if master[0].startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         try:
@@ -78,9 +91,13 @@ class RayLauncher:
                 # default ends "set RAY_AUTH_MODE=disabled to opt out", which is not advice to give here.
                 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
                 logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-                ray.init(num_cpus=max(world_size, os.cpu_count() or 1), include_dashboard=False,
-                         _node_ip_address="127.0.0.1", _temp_dir=str(Path(temp_dir).resolve()),
-                         log_to_driver=True)
+                ray.init(
+                    num_cpus=max(world_size, os.cpu_count() or 1),
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    _temp_dir=str(Path(temp_dir).resolve()),
+                    log_to_driver=True,
+                )
             else:
                 ray.init(address=address, log_to_driver=True)
         gpu = bool(ray.cluster_resources().get("GPU"))
@@ -89,9 +106,14 @@ class RayLauncher:
         ray.get(self.placement_group.ready(), timeout=cluster.ray_timeout_s)
         remote = ray.remote(RayRank)
         self.actors = [
-            remote.options(num_cpus=1, num_gpus=1 if gpu else 0, name=None,
-                           scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                               placement_group=self.placement_group, placement_group_bundle_index=i)).remote()
+            remote.options(
+                num_cpus=1,
+                num_gpus=1 if gpu else 0,
+                name=None,
+                scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                    placement_group=self.placement_group, placement_group_bundle_index=i
+                ),
+            ).remote()
             for i in range(world_size)
         ]
         self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=cluster.ray_timeout_s)
@@ -103,8 +125,10 @@ class RayLauncher:
         master = self.addresses[0][:2]
         if all(ip == ray.util.get_node_ip_address() for ip, _, _ in self.addresses):
             master = ("127.0.0.1", master[1])  # every rank on this host: keep the group on loopback
-        refs = [actor.run.remote(fn, args, rank, self.world_size, master, per_node[self.addresses[rank][2]])
-                for rank, actor in enumerate(self.actors)]
+        refs = [
+            actor.run.remote(fn, args, rank, self.world_size, master, per_node[self.addresses[rank][2]])
+            for rank, actor in enumerate(self.actors)
+        ]
         pending = dict(zip(refs, range(self.world_size)))
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -114,9 +138,10 @@ class RayLauncher:
                     code = ray.get(ref)
                 except Exception as err:  # an actor died or raised: stop the whole run now, naming it
                     self.shutdown()
-                    raise RuntimeError(f"rank {rank} (Ray actor on {self.addresses[rank][0]}) failed: "
-                                       f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                                       ) from None
+                    raise RuntimeError(
+                        f"rank {rank} (Ray actor on {self.addresses[rank][0]}) failed: "
+                        f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                    ) from None
                 if code != 0:
                     self.shutdown()
                     raise RankStopped(rank, code)

@@ -84,8 +84,9 @@ def reward_function(spec: str) -> RewardFunction:
         raise RewardFunctionError(f"reward function {spec!r}: {parsed.target} has no {parsed.attribute!r}")
     fn = getattr(module, parsed.attribute)
     if not callable(fn):
-        raise RewardFunctionError(f"reward function {spec!r}: {parsed.attribute} is a {type(fn).__name__}, "
-                                  f"not callable")
+        raise RewardFunctionError(
+            f"reward function {spec!r}: {parsed.attribute} is a {type(fn).__name__}, not callable"
+        )
     return fn
 
 
@@ -104,8 +105,9 @@ def _load_file(parsed: FunctionSpec) -> Any:
         loader_spec.loader.exec_module(module)
     except Exception as err:  # the user's file: any failure is reported as that file's, in one line
         del sys.modules[name]
-        raise RewardFunctionError(f"reward function {parsed.text!r}: importing {parsed.target} raised "
-                                  f"{type(err).__name__}: {err}") from err
+        raise RewardFunctionError(
+            f"reward function {parsed.text!r}: importing {parsed.target} raised {type(err).__name__}: {err}"
+        ) from err
     return module
 
 
@@ -113,8 +115,9 @@ def _import(parsed: FunctionSpec) -> Any:
     try:
         return importlib.import_module(parsed.target)
     except Exception as err:  # ModuleNotFoundError, or whatever the module raises while it loads
-        raise RewardFunctionError(f"reward function {parsed.text!r}: cannot import {parsed.target}: "
-                                  f"{type(err).__name__}: {err}") from err
+        raise RewardFunctionError(
+            f"reward function {parsed.text!r}: cannot import {parsed.target}: {type(err).__name__}: {err}"
+        ) from err
 
 
 def check_arguments(spec: str, fn: RewardFunction, available: Sequence[str]) -> None:
@@ -129,30 +132,37 @@ def check_arguments(spec: str, fn: RewardFunction, available: Sequence[str]) -> 
         if param.default is not inspect.Parameter.empty or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
             continue
         if param.kind is param.POSITIONAL_ONLY:
-            raise RewardFunctionError(f"reward function {spec!r}: argument {param.name!r} is positional-only; "
-                                      f"reward functions are called with keywords (prompts=, completions=, columns)")
+            raise RewardFunctionError(
+                f"reward function {spec!r}: argument {param.name!r} is positional-only; "
+                f"reward functions are called with keywords (prompts=, completions=, columns)"
+            )
         if param.name not in given:
-            raise RewardFunctionError(f"reward function {spec!r} needs a column {param.name!r} that the rows do not "
-                                      f"have (it gets prompts, completions and {sorted(available)})")
+            raise RewardFunctionError(
+                f"reward function {spec!r} needs a column {param.name!r} that the rows do not "
+                f"have (it gets prompts, completions and {sorted(available)})"
+            )
 
 
-def call_function(spec: str, fn: RewardFunction, prompts: list, completions: list, columns: dict[str, list],
-                  offset: int = 0) -> Scores:
+def call_function(
+    spec: str, fn: RewardFunction, prompts: list, completions: list, columns: dict[str, list], offset: int = 0
+) -> Scores:
     """``fn``'s checked scores for one chunk of samples; ``offset`` is the chunk's first sample in its batch, so an
     error names the sample by its place in the batch."""
     try:
         values = fn(prompts=prompts, completions=completions, **columns)
     except Exception as err:  # the user's code: reported with the function's name, never scored as 0
-        raise RewardFunctionError(f"reward function {spec!r} raised {type(err).__name__}: {err} (on a chunk of "
-                                  f"samples {offset}..{offset + len(completions) - 1})") from err
+        raise RewardFunctionError(
+            f"reward function {spec!r} raised {type(err).__name__}: {err} (on a chunk of "
+            f"samples {offset}..{offset + len(completions) - 1})"
+        ) from err
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
         values = values.tolist()  # numpy arrays and tensors
     if not isinstance(values, (list, tuple)):
-        raise RewardFunctionError(f"reward function {spec!r} returned a {type(values).__name__}, not a list of "
-                                  f"scores")
+        raise RewardFunctionError(f"reward function {spec!r} returned a {type(values).__name__}, not a list of scores")
     if len(values) != len(completions):
-        raise RewardFunctionError(f"reward function {spec!r} returned {len(values)} scores for "
-                                  f"{len(completions)} samples")
+        raise RewardFunctionError(
+            f"reward function {spec!r} returned {len(values)} scores for {len(completions)} samples"
+        )
     return [_checked(spec, value, offset + i, prompts[i]) for i, value in enumerate(values)]
 
 
@@ -165,8 +175,9 @@ def _checked(spec: str, value: Any, index: int, prompt: Any) -> float | None:
         problem = f"{float(value)}"
     else:
         return float(value)
-    raise RewardFunctionError(f"reward function {spec!r} returned {problem} for sample {index} "
-                              f"(prompt {str(prompt)[:_PREVIEW]!r})")
+    raise RewardFunctionError(
+        f"reward function {spec!r} returned {problem} for sample {index} (prompt {str(prompt)[:_PREVIEW]!r})"
+    )
 
 
 def load_functions(specs: Sequence[str]) -> list[tuple[str, RewardFunction]]:

@@ -40,8 +40,9 @@ def _refuse(path: str, why: str) -> InputError:
     return InputError(f"{KEY}: {path}: {why}")
 
 
-def encode_conversations(tokenizer: PreTrainedTokenizerBase, conversations: list[Conversation], max_length: int,
-                         pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_conversations(
+    tokenizer: PreTrainedTokenizerBase, conversations: list[Conversation], max_length: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Render each conversation with the RM's chat template and right-pad the token ids.
 
     A conversation longer than ``max_length`` tokens keeps its last ``max_length``: the completion (the part
@@ -65,8 +66,9 @@ def encode_conversations(tokenizer: PreTrainedTokenizerBase, conversations: list
     return input_ids, attention_mask, attention_mask.sum(-1) - 1
 
 
-def last_token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      last: torch.Tensor) -> torch.Tensor:
+def last_token_scores(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, last: torch.Tensor
+) -> torch.Tensor:
     """The ``score`` head applied to the backbone's hidden state at each row's last real token.
 
     input_ids, attention_mask: [B, T] right-padded; last: [B] index of the last real token -> [B] in the
@@ -93,8 +95,9 @@ class RewardModel:
         with _named_key(), loading_from(path):
             config = AutoConfig.from_pretrained(path)
         if config.num_labels != 1:
-            raise _refuse(path, f"a reward model has num_labels=1 (one score), this config has "
-                                f"num_labels={config.num_labels}")
+            raise _refuse(
+                path, f"a reward model has num_labels=1 (one score), this config has num_labels={config.num_labels}"
+            )
         with _named_key():
             self.tokenizer = load_tokenizer(path)
         if not self.tokenizer.chat_template:
@@ -104,15 +107,20 @@ class RewardModel:
         pad_id = self.tokenizer.pad_token_id
         self.pad_id = pad_id if pad_id is not None else config.pad_token_id
         if self.pad_id is None:
-            raise _refuse(path, "neither its config (pad_token_id) nor its tokenizer (pad or eos token) "
-                                "names a padding token")
+            raise _refuse(
+                path, "neither its config (pad_token_id) nor its tokenizer (pad or eos token) names a padding token"
+            )
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         with _named_key(), loading_from(path):
             model = AutoModelForSequenceClassification.from_pretrained(
-                path, config=config, use_safetensors=True, dtype=dtype)
+                path, config=config, use_safetensors=True, dtype=dtype
+            )
         if not isinstance(getattr(model, "score", None), torch.nn.Linear):
-            raise _refuse(path, f"{type(model).__name__} has no linear `score` head read at the last token "
-                                "(a decoder reward model, as TRL and OpenRLHF train them)")
+            raise _refuse(
+                path,
+                f"{type(model).__name__} has no linear `score` head read at the last token "
+                "(a decoder reward model, as TRL and OpenRLHF train them)",
+            )
         self.model = model.to(device).eval().requires_grad_(False)
 
     @torch.no_grad()
@@ -123,7 +131,7 @@ class RewardModel:
         """
         scores = [torch.zeros(0)]
         for start in range(0, len(conversations), self.cfg.batch_size):
-            chunk = conversations[start: start + self.cfg.batch_size]
+            chunk = conversations[start : start + self.cfg.batch_size]
             ids, mask, last = encode_conversations(self.tokenizer, chunk, self.cfg.max_length, self.pad_id)
             out = last_token_scores(self.model, ids.to(self.device), mask.to(self.device), last)
             scores.append(out.float().cpu())
@@ -139,6 +147,9 @@ def _check_directory(path: str | None) -> str:
         raise _refuse(path, "not a directory (a reward model is a local HF sequence-classification directory)")
     if not any(directory.glob("*.safetensors")):
         found = sorted(p.name for p in directory.glob("*.bin")) or ["no weights"]
-        raise _refuse(path, f"no *.safetensors weights (found: {', '.join(found)}); a reward model is loaded "
-                            "from safetensors only, never unpickled: convert it with save_pretrained")
+        raise _refuse(
+            path,
+            f"no *.safetensors weights (found: {', '.join(found)}); a reward model is loaded "
+            "from safetensors only, never unpickled: convert it with save_pretrained",
+        )
     return path

@@ -73,8 +73,12 @@ class ScoringPool:
             for conn in wait(waiting, timeout=max(0.0, deadline - time.monotonic())):
                 self._receive(self._owner(conn), _Batch([]))
         if any(w.pid is None for w in self.workers):
-            log.warning("reward pool: %d of %d processes started within %.0f s",
-                        len(self.worker_pids), len(self.workers), timeout_s)
+            log.warning(
+                "reward pool: %d of %d processes started within %.0f s",
+                len(self.worker_pids),
+                len(self.workers),
+                timeout_s,
+            )
 
     def map(self, jobs: list[tuple], timeout_s: float) -> list[object | None]:
         """Each job's answer (``pool_worker.serve``), or None for a job not done within ``timeout_s`` or that killed

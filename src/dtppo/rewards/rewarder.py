@@ -15,7 +15,6 @@ from dtppo.rewards.functions import Scores, check_arguments, load_functions
 from dtppo.rewards.scoring import RewardScorer
 
 
-
 @dataclass(frozen=True)
 class RewardBreakdown:
     """total: [B] float32, the weighted sum (a None score counts as 0). scores: each part's scores by metric name
@@ -28,7 +27,8 @@ class RewardBreakdown:
 
     def means(self) -> dict[str, float]:
         """Each part's mean over the samples it applies to (not None), a part that applied to none left out; and
-        ``late_chunks`` under ``LATE_CHUNKS_NAME``, so that a step whose rewards were partly zeroed shows in its record."""
+        ``late_chunks`` under ``LATE_CHUNKS_NAME``, so that a step whose rewards were partly zeroed shows in its
+        record."""
         means = {}
         for name, scores in self.scores.items():
             given = [s for s in scores if s is not None]
@@ -81,14 +81,17 @@ class Rewarder:
         """The reward of each (problem, completion) pair: completions are the generated texts, given to the
         functions as text, or as ``[{"role": "assistant", "content": ...}]`` for conversational rows (TRL's form)."""
         prompts = [p.question for p in problems]
-        given = [[{"role": "assistant", "content": c}] if p.conversational else c
-                 for p, c in zip(problems, completions)]
+        given = [
+            [{"role": "assistant", "content": c}] if p.conversational else c for p, c in zip(problems, completions)
+        ]
         late = self.scorer.late_chunks
         scores = dict(zip(self.names, self.scorer.score(prompts, given, reward_columns(problems))))
         weighted = [(self.weights[i], scores[name]) for i, name in enumerate(self.names)]
         if self.model is not None:
-            conversations = [conversation(p.question, self.system_prompt) + [{"role": "assistant", "content": c}]
-                             for p, c in zip(problems, completions)]
+            conversations = [
+                conversation(p.question, self.system_prompt) + [{"role": "assistant", "content": c}]
+                for p, c in zip(problems, completions)
+            ]
             scores[MODEL_NAME] = self.model.score(conversations).tolist()
             weighted.append((self.model_weight, scores[MODEL_NAME]))
         total = [sum(w * part[i] for w, part in weighted if part[i] is not None) for i in range(len(completions))]

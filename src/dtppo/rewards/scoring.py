@@ -24,8 +24,14 @@ import logging
 from dtppo.answers import tail
 from dtppo.config import RewardConfig
 from dtppo.config.reward_spec import parse_spec
-from dtppo.rewards.functions import (RewardFunctionError, Scores, completion_text, load_functions, reference_text,
-                                     score_job)
+from dtppo.rewards.functions import (
+    RewardFunctionError,
+    Scores,
+    completion_text,
+    load_functions,
+    reference_text,
+    score_job,
+)
 from dtppo.rewards.pool import ScoringPool
 
 log = logging.getLogger(__name__)
@@ -116,8 +122,10 @@ class RewardScorer:
         if late:
             self.late_chunks += late
             log.warning("%d of %d reward chunks missed the time bound and score 0.0", late, len(parts))
-        chunks = [_answer(a) if a is not None else [[0.0] * (p.stop - p.start)] * len(self.specs)
-                  for p, a in zip(parts, answers)]
+        chunks = [
+            _answer(a) if a is not None else [[0.0] * (p.stop - p.start)] * len(self.specs)
+            for p, a in zip(parts, answers)
+        ]
         return [[s for chunk in chunks for s in chunk[f]] for f in range(len(self.specs))]
 
     def close(self) -> None:

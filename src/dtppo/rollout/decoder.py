@@ -23,22 +23,22 @@ _STATIC_MODEL_TYPES = ("qwen2", "llama")
 
 @dataclass(frozen=True)
 class _Dims:
-    n_q: int       # query heads
-    n_kv: int      # key/value heads
+    n_q: int  # query heads
+    n_kv: int  # key/value heads
     head_dim: int
-    eps: float     # RMSNorm epsilon
+    eps: float  # RMSNorm epsilon
 
 
 @dataclass(frozen=True)
 class _LayerWeights:
-    ln1: torch.Tensor        # [H]
-    qkv: torch.Tensor        # [(Hq + 2·Hkv)·D, H]: q, k, v stacked; q and k rows in interleaved-RoPE order
+    ln1: torch.Tensor  # [H]
+    qkv: torch.Tensor  # [(Hq + 2·Hkv)·D, H]: q, k, v stacked; q and k rows in interleaved-RoPE order
     qkv_bias: torch.Tensor | None
-    o: torch.Tensor          # [H, Hq·D]
+    o: torch.Tensor  # [H, Hq·D]
     o_bias: torch.Tensor | None
-    ln2: torch.Tensor        # [H]
-    gate_up: torch.Tensor    # [2·I, H]: gate, up stacked
-    down: torch.Tensor       # [H, I]
+    ln2: torch.Tensor  # [H]
+    gate_up: torch.Tensor  # [2·I, H]: gate, up stacked
+    down: torch.Tensor  # [H, I]
 
 
 def static_decoder_supported(model: PreTrainedModel) -> bool:
@@ -48,9 +48,13 @@ def static_decoder_supported(model: PreTrainedModel) -> bool:
         return False
     rope_type = getattr(getattr(inner, "rotary_emb", None), "rope_type", None)
     layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    return (rope_type == "default" and set(layer_types) == {"full_attention"}
-            and getattr(config, "hidden_act", "silu") == "silu" and not getattr(config, "mlp_bias", False)
-            and not hasattr(inner.layers[0].self_attn, "q_norm"))
+    return (
+        rope_type == "default"
+        and set(layer_types) == {"full_attention"}
+        and getattr(config, "hidden_act", "silu") == "silu"
+        and not getattr(config, "mlp_bias", False)
+        and not hasattr(inner.layers[0].self_attn, "q_norm")
+    )
 
 
 def _interleave_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -86,21 +90,32 @@ def _rope(qk: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(rotated).flatten(-2).to(qk.dtype)
 
 
-def _attend_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor, keys: int,
-                   d: _Dims) -> torch.Tensor:
+def _attend_decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor, keys: int, d: _Dims
+) -> torch.Tensor:
     """One query per row against the first ``keys`` cache columns. q: [B, Hq, D]; bias: [B·Hkv, Hq/Hkv, keys]
     (0 or -inf). Returns [B, Hq·D]. Grouped heads become the rows of one small matmul per (row, kv head), which
     beats SDPA's kernels for a single query on CPU."""
     batch, group = q.shape[0], d.n_q // d.n_kv
     k = k_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim)
     v = v_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim)
-    scores = torch.baddbmm(bias, q.reshape(batch * d.n_kv, group, d.head_dim), k.transpose(1, 2),
-                           alpha=d.head_dim**-0.5)
+    scores = torch.baddbmm(
+        bias, q.reshape(batch * d.n_kv, group, d.head_dim), k.transpose(1, 2), alpha=d.head_dim**-0.5
+    )
     return torch.bmm(scores.softmax(-1, dtype=torch.float32).to(v.dtype), v).view(batch, d.n_q * d.head_dim)
 
 
-def _layer(x: torch.Tensor, w: _LayerWeights, rotation: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-           columns: torch.Tensor, keys: int, mask: torch.Tensor, d: _Dims) -> torch.Tensor:
+def _layer(
+    x: torch.Tensor,
+    w: _LayerWeights,
+    rotation: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    columns: torch.Tensor,
+    keys: int,
+    mask: torch.Tensor,
+    d: _Dims,
+) -> torch.Tensor:
     """One decoder layer. x: [B, S, H]; writes this chunk's K/V into the caches at ``columns`` [S].
 
     rotation: [B·S, 1, D/2, 2] (cos, sin); k_cache, v_cache: [B, Hkv, T_max, D]. S == 1 (decode): ``mask`` is the
@@ -116,18 +131,33 @@ def _layer(x: torch.Tensor, w: _LayerWeights, rotation: torch.Tensor, k_cache: t
     if seq == 1:
         attn = _attend_decode(qk[:, 0, : d.n_q], k_cache, v_cache, mask, keys, d)
     else:
-        out = F.scaled_dot_product_attention(qk[:, :, : d.n_q].transpose(1, 2), k_cache[:, :, :keys],
-                                             v_cache[:, :, :keys], attn_mask=mask, scale=d.head_dim**-0.5,
-                                             enable_gqa=d.n_q != d.n_kv)
+        out = F.scaled_dot_product_attention(
+            qk[:, :, : d.n_q].transpose(1, 2),
+            k_cache[:, :, :keys],
+            v_cache[:, :, :keys],
+            attn_mask=mask,
+            scale=d.head_dim**-0.5,
+            enable_gqa=d.n_q != d.n_kv,
+        )
         attn = out.transpose(1, 2).reshape(batch * seq, d.n_q * d.head_dim)
     flat = flat + F.linear(attn, w.o, w.o_bias)
     gate, up = F.linear(_rms_norm(flat, w.ln2, d.eps), w.gate_up).chunk(2, dim=-1)
     return torch.addmm(flat, F.silu(gate) * up, w.down.t()).view(batch, seq, hidden)
 
 
-def _forward(ids: torch.Tensor, embed: torch.Tensor, layers: list[_LayerWeights], caches: list[torch.Tensor],
-             final_norm: torch.Tensor, lm_head: torch.Tensor, rotation: torch.Tensor, columns: torch.Tensor,
-             keys: int, mask: torch.Tensor, d: _Dims) -> torch.Tensor:
+def _forward(
+    ids: torch.Tensor,
+    embed: torch.Tensor,
+    layers: list[_LayerWeights],
+    caches: list[torch.Tensor],
+    final_norm: torch.Tensor,
+    lm_head: torch.Tensor,
+    rotation: torch.Tensor,
+    columns: torch.Tensor,
+    keys: int,
+    mask: torch.Tensor,
+    d: _Dims,
+) -> torch.Tensor:
     """Logits of the last position of ``ids`` [B, S]: [B, V] float32. Other arguments as in ``_layer``."""
     x = F.embedding(ids, embed)
     for i, w in enumerate(layers):
@@ -192,8 +222,11 @@ class StaticKVDecoder:
                 if current is not None:
                     getattr(mine, name).copy_(current)
         # The model's own tensors, normally updated in place; one that was replaced is copied into the old storage.
-        for mine, current in [(self.embed, inner.embed_tokens.weight), (self.final_norm, inner.norm.weight),
-                              (self.lm_head, self.model.lm_head.weight)]:
+        for mine, current in [
+            (self.embed, inner.embed_tokens.weight),
+            (self.final_norm, inner.norm.weight),
+            (self.lm_head, self.model.lm_head.weight),
+        ]:
             if mine is not current:
                 mine.detach().copy_(current)
         self.key_mask.zero_()
@@ -209,12 +242,22 @@ class StaticKVDecoder:
         k_rows = _interleave_heads(attn.k_proj.weight, d.n_kv)
         bias = None
         if attn.q_proj.bias is not None:
-            bias = torch.cat([_interleave_heads(attn.q_proj.bias, d.n_q), _interleave_heads(attn.k_proj.bias, d.n_kv),
-                              attn.v_proj.bias])
+            bias = torch.cat(
+                [
+                    _interleave_heads(attn.q_proj.bias, d.n_q),
+                    _interleave_heads(attn.k_proj.bias, d.n_kv),
+                    attn.v_proj.bias,
+                ]
+            )
         return _LayerWeights(
-            ln1=layer.input_layernorm.weight, qkv=torch.cat([q_rows, k_rows, attn.v_proj.weight]), qkv_bias=bias,
-            o=attn.o_proj.weight, o_bias=attn.o_proj.bias, ln2=layer.post_attention_layernorm.weight,
-            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), down=mlp.down_proj.weight,
+            ln1=layer.input_layernorm.weight,
+            qkv=torch.cat([q_rows, k_rows, attn.v_proj.weight]),
+            qkv_bias=bias,
+            o=attn.o_proj.weight,
+            o_bias=attn.o_proj.bias,
+            ln2=layer.post_attention_layernorm.weight,
+            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+            down=mlp.down_proj.weight,
         )
 
     def rotations(self, positions: torch.Tensor) -> torch.Tensor:
@@ -224,8 +267,14 @@ class StaticKVDecoder:
         half = cos.shape[-1] // 2
         return torch.stack([cos[..., :half].float(), sin[..., :half].float()], dim=-1)[:, :, None]
 
-    def start(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
-              prompt_lengths: torch.Tensor, max_new: int) -> torch.Tensor:
+    def start(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        prompt_lengths: torch.Tensor,
+        max_new: int,
+    ) -> torch.Tensor:
         """Prefill the left-padded prompts ``ids``, ``attention_mask``, ``positions`` [B, W] (``prompt_lengths``
         [B]) for a rollout of up to ``max_new`` tokens; returns the first next-token logits [B, V]."""
         self.width = ids.shape[1]
@@ -246,8 +295,19 @@ class StaticKVDecoder:
         mask = (causal & self.key_mask[:, None, :width]) | torch.eye(width, dtype=torch.bool, device=self.device)
         rotation = self.rotations(positions).reshape(batch * width, 1, -1, 2)
         columns = torch.arange(width, device=self.device)
-        return _forward(ids, self.embed, self.layers, self.caches, self.final_norm, self.lm_head, rotation,
-                        columns, width, mask[:, None], self.dims)
+        return _forward(
+            ids,
+            self.embed,
+            self.layers,
+            self.caches,
+            self.final_norm,
+            self.lm_head,
+            rotation,
+            columns,
+            width,
+            mask[:, None],
+            self.dims,
+        )
 
     def decode(self, tokens: torch.Tensor, column: int, rotation: torch.Tensor) -> torch.Tensor:
         """Feed ``tokens`` [B] at cache ``column``; rotation: [B, 1, D/2, 2]. Returns logits [B, V]."""
@@ -256,13 +316,25 @@ class StaticKVDecoder:
         d = self.dims
         # One additive mask per step, shared by all layers: [B, 1, keys] -> [B·Hkv, Hq/Hkv, keys].
         bias = torch.zeros(self.key_mask.shape[0], 1, keys, dtype=self.dtype, device=self.device).masked_fill_(
-            ~self.key_mask[:, None, :keys], float("-inf"))
+            ~self.key_mask[:, None, :keys], float("-inf")
+        )
         bias = bias.repeat_interleave(d.n_kv, dim=0).expand(-1, d.n_q // d.n_kv, -1)
         columns = torch.full((1,), column, dtype=torch.long, device=self.device)
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's logits have been read
-        return self.forward(tokens[:, None], self.embed, self.layers, self.caches, self.final_norm, self.lm_head,
-                            rotation, columns, keys, bias, d)
+        return self.forward(
+            tokens[:, None],
+            self.embed,
+            self.layers,
+            self.caches,
+            self.final_norm,
+            self.lm_head,
+            rotation,
+            columns,
+            keys,
+            bias,
+            d,
+        )
 
 
 class HFCacheDecoder:
@@ -276,8 +348,14 @@ class HFCacheDecoder:
         self.attention_mask: torch.Tensor | None = None
         self.prompt_lengths: torch.Tensor | None = None
 
-    def start(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
-              prompt_lengths: torch.Tensor, max_new: int) -> torch.Tensor:
+    def start(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        prompt_lengths: torch.Tensor,
+        max_new: int,
+    ) -> torch.Tensor:
         """As ``StaticKVDecoder.start``; the cache grows as it goes."""
         self.prompt_lengths = prompt_lengths
         return self.prefill(ids, attention_mask, positions)
@@ -288,14 +366,25 @@ class HFCacheDecoder:
 
     def prefill(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         self.attention_mask = attention_mask
-        out = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **self.cache)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **self.cache,
+        )
         return out.logits[:, -1].float()
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """tokens, positions: [B] -> logits [B, V]."""
         ones = torch.ones_like(self.attention_mask[:, :1])
         self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)
-        out = self.model(input_ids=tokens[:, None], attention_mask=self.attention_mask,
-                         position_ids=positions[:, None], use_cache=True, **self.cache)
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=self.attention_mask,
+            position_ids=positions[:, None],
+            use_cache=True,
+            **self.cache,
+        )
         return out.logits[:, -1].float()

@@ -45,8 +45,9 @@ class Generator(Protocol):
     def finish(self) -> None:
         """After sampling: free what sampling alone needs (a sleeping engine's KV cache), where the engine can."""
 
-    def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
-               ) -> Experience:
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience:
         """A response to each prompt: right-padded ``[prompt | response | pad]`` rows on the CPU with
         ``gen_logprobs`` and ``truncated``. prompts: B lists of token ids; sample_ids: [B] global sample indices
         (with the stream ``key``, they alone decide the random draws)."""
@@ -64,8 +65,10 @@ def resolve_decoder(model: PreTrainedModel, decoder: Literal["auto", "hf", "stat
     hand-written static-KV decoder implements the architecture (``static_decoder_supported``), else ``hf``."""
     supported = static_decoder_supported(model)
     if decoder == "static" and not supported:
-        raise ValueError(f"policy.generation.decoder: static (dtppo's static-KV decoder) implements plain "
-                         f"Qwen2/Llama decoders only, not this {model.config.model_type} model (use auto or hf)")
+        raise ValueError(
+            f"policy.generation.decoder: static (dtppo's static-KV decoder) implements plain "
+            f"Qwen2/Llama decoders only, not this {model.config.model_type} model (use auto or hf)"
+        )
     if decoder == "auto":
         return "static" if supported else "hf"
     return decoder
@@ -80,13 +83,21 @@ class TorchGenerator:
     stops recording a function after 128 unexpected re-records and falls back to eager).
     """
 
-    def __init__(self, model: PreTrainedModel, stop_ids: Sequence[int], pad_id: int,
-                 decoder: Literal["auto", "hf", "static"] = "auto", compile: bool = False):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        stop_ids: Sequence[int],
+        pad_id: int,
+        decoder: Literal["auto", "hf", "static"] = "auto",
+        compile: bool = False,
+    ):
         self.model, self.stop_ids, self.pad_id, self.compile = model, tuple(stop_ids), pad_id, compile
         self.decoder = resolve_decoder(model, decoder)
         if compile and self.decoder != "static":
-            raise ValueError(f"policy.generation.decode_graph: compiled decode steps need the static decoder; "
-                             f"this {model.config.model_type} model decodes through the HF forward")
+            raise ValueError(
+                f"policy.generation.decode_graph: compiled decode steps need the static decoder; "
+                f"this {model.config.model_type} model decodes through the HF forward"
+            )
         self.graph_decoders: dict[tuple[int, int], StaticKVDecoder] = {}
         self.version = 0
 
@@ -101,13 +112,15 @@ class TorchGenerator:
         """Nothing: the model stays resident (it is the training model, or a replica of it)."""
 
     @torch.no_grad()
-    def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
-               ) -> Experience:
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience:
         device = next(self.model.parameters()).device
         ids, attn, prompt_lengths = left_padded(prompts, self.pad_id, device)
         decoder = self._decoder(ids.shape[0], ids.shape[1] + params.max_new_tokens)
-        return sample_tokens(decoder, ids, attn, prompt_lengths, params, self.stop_ids, self.pad_id, key,
-                             sample_ids).to("cpu")
+        return sample_tokens(
+            decoder, ids, attn, prompt_lengths, params, self.stop_ids, self.pad_id, key, sample_ids
+        ).to("cpu")
 
     def _decoder(self, batch: int, length: int) -> StaticKVDecoder | HFCacheDecoder:
         """A decoder for one rollout of ``batch`` rows and ``length`` tokens (prompt width + new tokens)."""
@@ -134,9 +147,17 @@ class TorchGenerator:
         """Nothing to release."""
 
 
-def build_generator(gen: GenerationConfig, model: PreTrainedModel, stop_ids: Sequence[int], pad_id: int, *,
-                    max_prompt_tokens: int, seed: int, device: torch.device,
-                    replica: Callable[[nn.Module], nn.Module] | None) -> Generator:
+def build_generator(
+    gen: GenerationConfig,
+    model: PreTrainedModel,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    *,
+    max_prompt_tokens: int,
+    seed: int,
+    device: torch.device,
+    replica: Callable[[nn.Module], nn.Module] | None,
+) -> Generator:
     """The generator ``policy.generation`` selects, from the policy's whole, not yet wrapped ``model``.
 
     replica: makes the torch generator's own copy (a sharded policy: ranks then decode independently, with no
@@ -148,5 +169,6 @@ def build_generator(gen: GenerationConfig, model: PreTrainedModel, stop_ids: Seq
 
         max_len = min(max_prompt_tokens + gen.max_new_tokens, model.config.max_position_embeddings)
         return VLLMEngine(model, stop_ids, pad_id, max_len, gen.vllm_kv_cache_mib, seed, device)
-    return TorchGenerator(replica(model) if replica is not None else model, stop_ids, pad_id, gen.decoder,
-                          compile=gen.decode_graph)
+    return TorchGenerator(
+        replica(model) if replica is not None else model, stop_ids, pad_id, gen.decoder, compile=gen.decode_graph
+    )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
 from dtppo.rollout.decoder import HFCacheDecoder, StaticKVDecoder
 from dtppo.types import Experience, build_response_mask
 
@@ -100,20 +101,22 @@ def inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     batch, vocab = logits.shape
     weights = torch.exp(logits - logits.max(-1, keepdim=True).values)
     whole = vocab // _CDF_BLOCK * _CDF_BLOCK
-    sums = torch.cat([weights[:, :whole].view(batch, -1, _CDF_BLOCK).sum(-1),
-                      weights[:, whole:].sum(-1, keepdim=True)], dim=-1).double()        # [B, blocks]
+    sums = torch.cat(
+        [weights[:, :whole].view(batch, -1, _CDF_BLOCK).sum(-1), weights[:, whole:].sum(-1, keepdim=True)], dim=-1
+    ).double()  # [B, blocks]
     cum = sums.cumsum(-1)
     target = torch.minimum(uniform * cum[:, -1], _below(cum[:, -1]))
-    block = torch.searchsorted(cum, target[:, None], right=True).clamp(max=cum.shape[1] - 1)   # [B, 1]
+    block = torch.searchsorted(cum, target[:, None], right=True).clamp(max=cum.shape[1] - 1)  # [B, 1]
     before = torch.cat([torch.zeros_like(cum[:, :1]), cum[:, :-1]], dim=-1).gather(-1, block)
-    columns = block * _CDF_BLOCK + torch.arange(_CDF_BLOCK, device=logits.device)          # [B, block]
+    columns = block * _CDF_BLOCK + torch.arange(_CDF_BLOCK, device=logits.device)  # [B, block]
     inside = weights.gather(-1, columns.clamp(max=vocab - 1)).masked_fill(columns >= vocab, 0).double().cumsum(-1)
     offset = torch.minimum(target[:, None] - before, _below(inside[:, -1:]))
     return (columns[:, :1] + torch.searchsorted(inside, offset, right=True)).squeeze(-1).clamp(max=vocab - 1)
 
 
-def pick_tokens(logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def pick_tokens(
+    logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``choose_tokens`` with the randomness given: uniform [B] float64 (unused when greedy)."""
     scaled = logits.float() if params.temperature == 1.0 else logits.float() / params.temperature
     if params.greedy:
@@ -136,8 +139,9 @@ def choose_tokens(
     return pick_tokens(logits, params, uniform)
 
 
-def left_padded(prompts: list[list[int]], pad_id: int, device: torch.device
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def left_padded(
+    prompts: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, attention_mask, prompt_lengths): prompts left-padded so every row's next token is column W."""
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=device)
@@ -176,8 +180,9 @@ def sample_tokens(
     for t in range(max_new):
         tok, lp = pick_tokens(logits, params, None if uniforms is None else uniforms[t])
         tokens[t], logprobs[t] = tok, lp
-        if t == max_new - 1 or ((t + 1) % _STOP_CHECK_PERIOD == 0
-                                and bool(torch.isin(tokens[: t + 1], stop).any(0).all())):
+        if t == max_new - 1 or (
+            (t + 1) % _STOP_CHECK_PERIOD == 0 and bool(torch.isin(tokens[: t + 1], stop).any(0).all())
+        ):
             steps = t + 1
             break
         logits = decoder.step(tok, t)
@@ -212,5 +217,10 @@ def right_padded(
     in_response = build_response_mask(prompt_lengths, response_lengths, seq_len)
     padded_logprobs = torch.cat([torch.zeros_like(ids, dtype=logprobs.dtype), logprobs], dim=1)
     gen_logprobs = padded_logprobs.gather(1, columns) * in_response
-    return Experience(input_ids=input_ids, attention_mask=valid.long(), response_mask=in_response,
-                      gen_logprobs=gen_logprobs, truncated=~stopped)
+    return Experience(
+        input_ids=input_ids,
+        attention_mask=valid.long(),
+        response_mask=in_response,
+        gen_logprobs=gen_logprobs,
+        truncated=~stopped,
+    )

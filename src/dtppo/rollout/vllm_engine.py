@@ -87,8 +87,16 @@ class VLLMEngine:
     """A ``Generator``: a vLLM ``LLM`` holding a copy of the policy, refit in place, asleep between rollouts
     where the build supports sleep mode (GPU builds)."""
 
-    def __init__(self, model: PreTrainedModel, stop_ids: Sequence[int], pad_id: int, max_model_len: int,
-                 kv_cache_mib: int, seed: int, device: torch.device):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        stop_ids: Sequence[int],
+        pad_id: int,
+        max_model_len: int,
+        kv_cache_mib: int,
+        seed: int,
+        device: torch.device,
+    ):
         """device: where the policy trains (sharded weights are gathered there for a refit)."""
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -108,13 +116,22 @@ class VLLMEngine:
             # and every rank's engine loads its own copy.
             model.config.to_json_file(os.path.join(directory, "config.json"))
             save_file(_untied_state_dict(model), os.path.join(directory, "model.safetensors"))
-            self.llm = LLM(model=directory, skip_tokenizer_init=True, dtype=dtype, seed=seed,
-                           max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_mib << 20,
-                           enable_prefix_caching=False, enforce_eager=True, logprobs_mode="processed_logprobs",
-                           # A prompt prefilled in chunks rewinds its seeded generator, which CPU generators
-                           # cannot do ("CPU Generator does not use offset"): prefill every prompt whole.
-                           enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192),
-                           enable_sleep_mode=self.sleep_supported)
+            self.llm = LLM(
+                model=directory,
+                skip_tokenizer_init=True,
+                dtype=dtype,
+                seed=seed,
+                max_model_len=max_model_len,
+                kv_cache_memory_bytes=kv_cache_mib << 20,
+                enable_prefix_caching=False,
+                enforce_eager=True,
+                logprobs_mode="processed_logprobs",
+                # A prompt prefilled in chunks rewinds its seeded generator, which CPU generators
+                # cannot do ("CPU Generator does not use offset"): prefill every prompt whole.
+                enable_chunked_prefill=False,
+                max_num_batched_tokens=max(max_model_len, 8192),
+                enable_sleep_mode=self.sleep_supported,
+            )
 
     def describe(self) -> str:
         sleep = "asleep between rollouts" if self.sleep_supported else "awake throughout (no sleep mode here)"
@@ -133,8 +150,9 @@ class VLLMEngine:
             self.llm.sleep(level=1)
             self.asleep = True
 
-    def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
-               ) -> Experience:
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience:
         """``Generator.sample``: right-padded ``[prompt | response | pad]`` rows, the first stop token kept when
         sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""
         from vllm import SamplingParams as VLLMSamplingParams
@@ -144,13 +162,20 @@ class VLLMEngine:
         # ignore_eos + stop_token_ids: dtppo's stop set is the only stop (vLLM's own EOS would come from the config
         # it was given, which names one EOS, not the generation config's list).
         requests = [
-            VLLMSamplingParams(n=1, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
-                               max_tokens=params.max_new_tokens, stop_token_ids=list(stop_ids), ignore_eos=True,
-                               logprobs=0, detokenize=False, seed=seed)
+            VLLMSamplingParams(
+                n=1,
+                temperature=0.0 if params.greedy else params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                stop_token_ids=list(stop_ids),
+                ignore_eos=True,
+                logprobs=0,
+                detokenize=False,
+                seed=seed,
+            )
             for seed in request_seeds(key, sample_ids)
         ]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests,
-                                    use_tqdm=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests, use_tqdm=False)
         tokens = torch.full((len(prompts), params.max_new_tokens), pad_id, dtype=torch.long)
         logprobs = torch.zeros((len(prompts), params.max_new_tokens))
         for row, output in enumerate(outputs):

@@ -21,11 +21,20 @@ class Worker:
     def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
         p = self.layout
         name = "policy" if isinstance(section, PolicyConfig) else "value"
-        return TrainEngine(self.model, section.optimizer, section.scheduler, section.max_grad_norm, p.device,
-                           p.dp_rank, p.dp_size, p.dp_group, name=name,
-                           max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
-                           unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
-                           model_group=p.model_group)
+        return TrainEngine(
+            self.model,
+            section.optimizer,
+            section.scheduler,
+            section.max_grad_norm,
+            p.device,
+            p.dp_rank,
+            p.dp_size,
+            p.dp_group,
+            name=name,
+            max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
+            unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
+            model_group=p.model_group,
+        )
 
     # ---- lifecycle. These only switch the module mode: weights and optimizer state stay where they are in every
     # phase (on the rank's device; with ``cpu_offload``, in host memory between FSDP2's per-block copies). The

@@ -18,9 +18,9 @@ from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.distributed.comm import all_reduce, rank
 from dtppo.distributed.grad_norm import clip_grad_norm_
 from dtppo.distributed.parallelize import microbatch_accumulation
-from dtppo.models.ties import tied_names, untied
 from dtppo.faults import NonFiniteError, nonfinite_injected
 from dtppo.metrics import normalise, reduce_across_ranks, reduce_stats
+from dtppo.models.ties import tied_names, untied
 from dtppo.profiling import profiled
 from dtppo.types import Experience, balanced_rows
 
@@ -49,10 +49,21 @@ class TrainEngine:
     norm. The model is expected to sum (not average) gradients across those ranks (see parallelize()).
     """
 
-    def __init__(self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float,
-                 device: torch.device = torch.device("cpu"), dp_rank: int = 0, dp_size: int = 1, dp_group=None,
-                 name: str = "model", max_consecutive_nonfinite: int = 0, unsharded_accumulation: bool = False,
-                 model_group=None):
+    def __init__(
+        self,
+        model: nn.Module,
+        optim: OptimizerConfig,
+        schedule: SchedulerConfig,
+        max_grad_norm: float,
+        device: torch.device = torch.device("cpu"),
+        dp_rank: int = 0,
+        dp_size: int = 1,
+        dp_group=None,
+        name: str = "model",
+        max_consecutive_nonfinite: int = 0,
+        unsharded_accumulation: bool = False,
+        model_group=None,
+    ):
         self.model, self.device = model, device
         # FSDP: gather once per optimizer step, reduce-scatter once (see microbatch_accumulation).
         self.unsharded_accumulation = unsharded_accumulation
@@ -62,7 +73,11 @@ class TrainEngine:
         self.dp_rank, self.dp_size, self.dp_group = dp_rank, dp_size, dp_group
         self.model_group = model_group  # every rank holding the model: the gradient norm's one all-reduce
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
+            model.parameters(),
+            lr=optim.lr,
+            betas=optim.betas,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
             foreach=None if dp_group is None else False,  # params may live on different meshes
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(schedule))
@@ -97,7 +112,9 @@ class TrainEngine:
             )
         return grad_norm.detach()
 
-    def train(self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int) -> dict[str, torch.Tensor]:
+    def train(
+        self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int
+    ) -> dict[str, torch.Tensor]:
         """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each),
         each rank's share in microbatches of at most ``micro_batch`` rows (a bound, not a divisor).
 
@@ -109,8 +126,9 @@ class TrainEngine:
         with profiled(self.name, self.train_calls, rank()):
             return self._train_pass(experience, loss_fn, global_batch, micro_batch)
 
-    def _train_pass(self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int
-                    ) -> dict[str, torch.Tensor]:
+    def _train_pass(
+        self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int
+    ) -> dict[str, torch.Tensor]:
         self.model.train()
         losses, norms, stats = [], [], []
         for start in range(0, experience.batch_size, global_batch):
@@ -156,8 +174,11 @@ class TrainEngine:
     def extra_state(self) -> dict:
         """What every rank holds identically: schedule position and the skipped-step counts (the current
         streak too, so a kill and resume neither forgives nor repeats a run of non-finite steps)."""
-        return {"scheduler": self.scheduler.state_dict(), "skipped_steps": self.skipped_steps,
-                "consecutive_nonfinite": self.consecutive_nonfinite}
+        return {
+            "scheduler": self.scheduler.state_dict(),
+            "skipped_steps": self.skipped_steps,
+            "consecutive_nonfinite": self.consecutive_nonfinite,
+        }
 
     def load_extra_state(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])

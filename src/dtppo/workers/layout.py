@@ -37,8 +37,9 @@ class RankLayout:
         self.dp_group = dp_group(dp_mesh) if self.member else None
         self.model_group = all_mesh.get_group() if self.member and all_mesh is not None else None  # grad norm
         # Models and their microbatches live on this rank's device; the step's batch stays on the CPU.
-        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
-            else torch.device("cpu")
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        )
 
     @property
     def sharded(self) -> bool:
@@ -72,15 +73,17 @@ class RankLayout:
     def my_rows(self, num_rows: int) -> slice:
         return block_rows(num_rows, self.dp_rank, self.dp_size)
 
-    def map_rows(self, experience: Experience, fn: Callable[[Experience], torch.Tensor], chunk_size: int
-                 ) -> torch.Tensor:
+    def map_rows(
+        self, experience: Experience, fn: Callable[[Experience], torch.Tensor], chunk_size: int
+    ) -> torch.Tensor:
         """``fn(rows) -> [b, t]`` over this rank's block of whole rows, in chunks of at most ``chunk_size`` rows
         (each trimmed to its longest row); the blocks are gathered back into ``[B, T]`` on every rank, 0 on
         padding (pads hold no token and no state, whatever the row layout)."""
         local = experience.shard(self.dp_rank, self.dp_size).to(self.device)
         width = local.input_ids.shape[1]
-        chunks = [pad_to(fn(local.slice(i, i + chunk_size)).cpu(), width)
-                  for i in range(0, local.batch_size, chunk_size)]
+        chunks = [
+            pad_to(fn(local.slice(i, i + chunk_size)).cpu(), width) for i in range(0, local.batch_size, chunk_size)
+        ]
         out = pad_to(self.gather(torch.cat(chunks)), experience.input_ids.shape[1])
         return out * experience.attention_mask
 

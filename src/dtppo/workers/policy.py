@@ -35,16 +35,27 @@ class PolicyWorker(Worker):
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
         self.layout = layout or RankLayout(cfg.policy.parallel)
-        full = disable_dropout(build_causal_lm(
-            cfg.policy_init_path, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id,
-            tokenizer.eos_token_id, cfg.ppo.seed,
-        ))
+        full = disable_dropout(
+            build_causal_lm(
+                cfg.policy_init_path,
+                cfg.policy.model.tiny,
+                len(tokenizer),
+                tokenizer.pad_token_id,
+                tokenizer.eos_token_id,
+                cfg.ppo.seed,
+            )
+        )
         # Copies are taken on the CPU, before the policy is wrapped: one device copy each.
         self.stop_ids = stop_token_ids(full, tokenizer)
         section = cfg.policy
         self.generator = build_generator(
-            section.generation, full, self.stop_ids, tokenizer.pad_token_id,
-            max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.ppo.seed, device=self.layout.device,
+            section.generation,
+            full,
+            self.stop_ids,
+            tokenizer.pad_token_id,
+            max_prompt_tokens=cfg.data.max_prompt_tokens,
+            seed=cfg.ppo.seed,
+            device=self.layout.device,
             replica=self.layout.replica if self.layout.sharded else None,
         )
         if is_main_rank():
@@ -52,8 +63,9 @@ class PolicyWorker(Worker):
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
             # Offloaded with the policy when it is: a frozen model's parameters are all the memory it has.
-            self.reference = self.layout.wrap(copy.deepcopy(full).eval().requires_grad_(False),
-                                              cpu_offload=section.cpu_offload)
+            self.reference = self.layout.wrap(
+                copy.deepcopy(full).eval().requires_grad_(False), cpu_offload=section.cpu_offload
+            )
         self.model = self.layout.wrap(full, section.activation_checkpointing, section.cpu_offload)
         self.engine = self._build_engine(section)
 
@@ -71,12 +83,15 @@ class PolicyWorker(Worker):
     def close(self) -> None:
         self.generator.close()
 
-    def sample(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
-               ) -> Experience:
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience:
         """Responses to ``prompts`` from this rank's generator; sample_ids: [B]."""
         return self.generator.sample(prompts, params, key, sample_ids)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor) -> Experience:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
         rows = self.layout.my_rows(len(prompts))
         part = self.sample(prompts[rows], params, key, sample_ids[rows])
@@ -100,8 +115,9 @@ class PolicyWorker(Worker):
         return self._logprobs(self.reference, experience)
 
     def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:
-        return self.layout.map_rows(experience, lambda rows: self._token_logprobs(model, rows),
-                                    self.cfg.policy.logprob_batch_size)
+        return self.layout.map_rows(
+            experience, lambda rows: self._token_logprobs(model, rows), self.cfg.policy.logprob_batch_size
+        )
 
     def _token_logprobs(self, model: torch.nn.Module, rows: Experience) -> torch.Tensor:
         """log π(x_t | x_<t) under ``model`` of each response token of ``rows``; 0 elsewhere. -> [B, T] float32.
@@ -112,12 +128,22 @@ class PolicyWorker(Worker):
         """
         chunk = self.cfg.policy.logprob_chunk_size
         if not self.cfg.policy.sequence_packing:
-            return token_logprobs(model, rows.input_ids, rows.attention_mask, rows.response_mask.bool(),
-                                  self.temperature, chunk)
+            return token_logprobs(
+                model, rows.input_ids, rows.attention_mask, rows.response_mask.bool(), self.temperature, chunk
+            )
         packed = pack_rows(rows.input_ids, rows.attention_mask)
-        return packed.unpack(token_logprobs(model, packed.input_ids, packed.attention_mask,
-                                            packed.pack(rows.response_mask.bool()), self.temperature, chunk,
-                                            packed.position_ids, packed.sequence_starts))
+        return packed.unpack(
+            token_logprobs(
+                model,
+                packed.input_ids,
+                packed.attention_mask,
+                packed.pack(rows.response_mask.bool()),
+                self.temperature,
+                chunk,
+                packed.position_ids,
+                packed.sequence_starts,
+            )
+        )
 
     # ---- training
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -125,10 +151,18 @@ class PolicyWorker(Worker):
         loss_cfg = self.cfg.loss
         logprobs = self._token_logprobs(self.model, micro)
         return policy_loss(
-            logprobs, micro.old_logprobs, micro.advantages, micro.train_mask,
-            loss_cfg.ratio_clip_low, loss_cfg.ratio_clip_high, loss_cfg.ratio_clip_c,
-            micro.ref_logprobs, 0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef, loss_cfg.kl_estimator,
-            gen_logprobs=micro.gen_logprobs, is_weights=micro.is_weights,
+            logprobs,
+            micro.old_logprobs,
+            micro.advantages,
+            micro.train_mask,
+            loss_cfg.ratio_clip_low,
+            loss_cfg.ratio_clip_high,
+            loss_cfg.ratio_clip_c,
+            micro.ref_logprobs,
+            0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef,
+            loss_cfg.kl_estimator,
+            gen_logprobs=micro.gen_logprobs,
+            is_weights=micro.is_weights,
         )
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
@@ -136,4 +170,3 @@ class PolicyWorker(Worker):
         return self.engine.train(
             experience, self.loss, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
         )
-

@@ -90,8 +90,9 @@ class PolicyRole(Role[PolicyWorker]):
         (``prepare_for_generation`` / ``finish_generation``)."""
         return self._phase(lambda p: p.prepare_for_generation(), lambda p: p.finish_generation())
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, key: int,
-                 sample_ids: torch.Tensor) -> Experience:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience:
         """Rollouts of ``prompts`` (sampled by the policy's dp ranks), the whole batch on every rank."""
         return self._everywhere(lambda p: p.generate(prompts, params, key, sample_ids))
 

@@ -31,8 +31,14 @@ class ValueWorker(Worker):
         self.layout = layout or RankLayout(cfg.value.parallel)
         # A reward-model directory (value.model.path = reward.model.path, TRL's convention) also gives its head.
         head = reward_model_head(cfg.value_init_path)
-        critic = ValueModel(backbone, seed=cfg.ppo.seed, init_std=cfg.value.head_init_std,
-                            shift=cfg.value.shift_values, sequence_packing=cfg.value.sequence_packing, head=head)
+        critic = ValueModel(
+            backbone,
+            seed=cfg.ppo.seed,
+            init_std=cfg.value.head_init_std,
+            shift=cfg.value.shift_values,
+            sequence_packing=cfg.value.sequence_packing,
+            head=head,
+        )
         self.model = self.layout.wrap(critic, cfg.value.activation_checkpointing, cfg.value.cpu_offload)
         self.engine = self._build_engine(cfg.value)
 
@@ -43,14 +49,23 @@ class ValueWorker(Worker):
         Each dp rank scores its block of whole rows and the blocks are gathered, so the shift inside
         ``values()`` always sees complete sequences, never a shard boundary.
         """
-        return self.layout.map_rows(experience, lambda rows: self.model.values(rows.input_ids, rows.attention_mask),
-                                    self.cfg.value.inference_batch_size)
+        return self.layout.map_rows(
+            experience,
+            lambda rows: self.model.values(rows.input_ids, rows.attention_mask),
+            self.cfg.value.inference_batch_size,
+        )
 
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""
         values = self.model.values(micro.input_ids, micro.attention_mask)
-        loss, stats = value_loss(values, micro.old_values, micro.returns, micro.train_mask,
-                                 self.cfg.loss.value_clip, self.cfg.loss.value_loss_scale)
+        loss, stats = value_loss(
+            values,
+            micro.old_values,
+            micro.returns,
+            micro.train_mask,
+            self.cfg.loss.value_clip,
+            self.cfg.loss.value_loss_scale,
+        )
         scale = value_grad_scale()
         if scale != 1.0:  # test hook (dtppo.faults): same loss value, gradient scaled by 0 or -1
             loss = scale * loss + (1.0 - scale) * loss.detach()
@@ -61,4 +76,3 @@ class ValueWorker(Worker):
         return self.engine.train(
             experience, self.loss, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
         )
-

@@ -30,8 +30,10 @@ _PLAIN = re.compile(_NUM)  # used with fullmatch only
 # sample's "shel5orm" hold no answer; "5 kg" and "5kg" do), not inside braces or brackets (an
 # argument: "\\sqrt[2]{16}" is not 2), not an operand of ^ * / (so "9^{9^9}" or "2**2**2" never reduce
 # to a harmless-looking "9" or "2"), not either half of an exponent too long to read ("1e999999999").
-_LOOSE = re.compile(rf"(?<![0-9A-Za-z.,{{\[^*/])(?<![0-9][eE])(?<![0-9][eE][-+]){_NUM}"
-                    rf"(?![0-9}}\]]|[.,][0-9]|[eE][-+]?[0-9]|\s*[\^*/])")
+_LOOSE = re.compile(
+    rf"(?<![0-9A-Za-z.,{{\[^*/])(?<![0-9][eE])(?<![0-9][eE][-+]){_NUM}"
+    rf"(?![0-9}}\]]|[.,][0-9]|[eE][-+]?[0-9]|\s*[\^*/])"
+)
 # Prose fallback: the last stand-alone number or simple integer fraction ("$\\frac{36}{2}$"), the fraction
 # under the same rule (the innermost "\\frac{1}{2}" of a nested \\frac is an argument, not the answer).
 _FRAC = r"-?\\[dt]?frac\{[0-9]{1,20}\}\{[0-9]{1,20}\}"

@@ -69,7 +69,8 @@ _FUNCTIONS = frozenset("sin cos tan cot sec csc arcsin arccos arctan log ln".spl
 _GENERATORS = _FUNCTIONS | {"sqrt", "pi"}
 _COMMANDS = _GENERATORS | frozenset(
     "text textbf textit mathrm mathbf frac dfrac tfrac infty cup cap left right cdot times div pm mp le ge "
-    "leq geq ne neq lt gt circ in emptyset ldots cdots dots { } %".split())
+    "leq geq ne neq lt gt circ in emptyset ldots cdots dots { } %".split()
+)
 _RELATION = re.compile(r"[=<>]|\\(?:le|ge|leq|geq|ne|neq|lt|gt|in)(?![A-Za-z])")
 _TEXT_BODY = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf)\{[^{}\\]*\}")  # one opaque symbol
 _ATOM = re.compile(r"\\[A-Za-z]+|[A-Za-z]")  # a command, else one variable letter (xy is x times y)
@@ -83,9 +84,14 @@ _GLUE = re.compile(r"\\[,!](?=[0-9])|\\?\$")
 _SPACING = re.compile(r"\\(?:quad|qquad|displaystyle)(?![A-Za-z])|\\[,;:! $]")
 _REWRITES = (("\\mbox{", "\\text{"), ("\\degree", "^\\circ"), ("\\varnothing", "\\emptyset"))
 # Unicode math symbols a model may write instead of LaTeX; any other non-ASCII fails the alphabet.
-_SYMBOLS = str.maketrans(dict(zip(
-    "\u03c0\u221e\u00b0\u2264\u2265\u2260\u222a\u2229\u00b7\u00d7\u00f7\u00b1",
-    r"\pi |\infty |^\circ |\le |\ge |\ne |\cup |\cap |\cdot |\times |\div |\pm ".split("|"))))
+_SYMBOLS = str.maketrans(
+    dict(
+        zip(
+            "\u03c0\u221e\u00b0\u2264\u2265\u2260\u222a\u2229\u00b7\u00d7\u00f7\u00b1",
+            r"\pi |\infty |^\circ |\le |\ge |\ne |\cup |\cap |\cdot |\times |\div |\pm ".split("|"),
+        )
+    )
+)
 
 
 def math_reward(response: str, reference: str) -> float:
@@ -123,6 +129,7 @@ def _canonical(answer: str) -> str:
 
 class _Cost(NamedTuple):
     """What one side costs sympy; ``_affordable`` adds two of them up."""
+
     letters: frozenset[str]  # variables: letters outside command names and \text{} bodies
     generators: int  # radical, \pi and function calls
     logs: int
@@ -154,13 +161,26 @@ def _cost(answer: str) -> _Cost | None:
     exponents = powers[0]
     opaque = _TEXT_BODY.sub(lambda text: " " * len(text.group()), answer)
     size = len(answer.replace(" ", "")) - 5 * (commands.count("left") + commands.count("right"))
-    caps = (size, sum(command in ("frac", "dfrac", "tfrac") for command in commands),
-            sum(command in _FUNCTIONS for command in commands), answer.count(","), answer.count("|"), set_ops,
-            answer.count("%"))
+    caps = (
+        size,
+        sum(command in ("frac", "dfrac", "tfrac") for command in commands),
+        sum(command in _FUNCTIONS for command in commands),
+        answer.count(","),
+        answer.count("|"),
+        set_ops,
+        answer.count("%"),
+    )
     degree, digits = _degree_and_digits(opaque, exponents)
     logs = commands.count("log") + commands.count("ln")
-    return _Cost(frozenset(_COMMAND.sub(" ", opaque)) & _LETTERS, sum(c in _GENERATORS for c in commands),
-                 logs, degree, digits, relation, caps)
+    return _Cost(
+        frozenset(_COMMAND.sub(" ", opaque)) & _LETTERS,
+        sum(c in _GENERATORS for c in commands),
+        logs,
+        degree,
+        digits,
+        relation,
+        caps,
+    )
 
 
 def _affordable(a: _Cost, b: _Cost) -> bool:
@@ -168,8 +188,9 @@ def _affordable(a: _Cost, b: _Cost) -> bool:
     letters = a.letters | b.letters
     generators = len(letters) + a.generators + b.generators
     terms = math.comb(a.degree + b.degree + generators, generators)
-    solved = (a.relation or b.relation) and (max(a.degree, b.degree) > _MAX_RELATION_DEGREE
-                                             or len(letters) > 1 and a.degree + b.degree > _MAX_SYSTEM_DEGREE)
+    solved = (a.relation or b.relation) and (
+        max(a.degree, b.degree) > _MAX_RELATION_DEGREE or len(letters) > 1 and a.degree + b.degree > _MAX_SYSTEM_DEGREE
+    )
     if terms > _MAX_TERMS or solved or a.caps[3] + b.caps[3] + 4 * (a.caps[5] + b.caps[5]) > _MAX_LIST_WEIGHT:
         return False
     if not generators:
@@ -177,8 +198,11 @@ def _affordable(a: _Cost, b: _Cost) -> bool:
     if a.digits + b.digits > (_MAX_LOG_DIGITS if a.logs or b.logs else _MAX_SYMBOLIC_DIGITS):
         return False
     used = map(int.__add__, a.caps, b.caps)
-    return len(letters) <= _MAX_VARS and generators <= _MAX_GENERATORS and all(
-        map(int.__le__, used, _SYMBOLIC if letters else _RADICAL))
+    return (
+        len(letters) <= _MAX_VARS
+        and generators <= _MAX_GENERATORS
+        and all(map(int.__le__, used, _SYMBOLIC if letters else _RADICAL))
+    )
 
 
 def _is_shallow(answer: str) -> bool:
@@ -215,8 +239,13 @@ def _exponent(rest: str) -> tuple[int, bool] | None:
         end = (_group(rest, 0, 1) if rest.startswith("{") else None) or 0
         body = rest[1 : end - 1].replace(" ", "") if end else ""
         runs = _DIGIT_RUN.findall(body)
-        size = 0 if body == "\\circ" else None if len(body) > 12 or not _EXPONENT.fullmatch(body) or any(
-            len(run) > 2 for run in runs) else sum(map(int, runs))
+        size = (
+            0
+            if body == "\\circ"
+            else None
+            if len(body) > 12 or not _EXPONENT.fullmatch(body) or any(len(run) > 2 for run in runs)
+            else sum(map(int, runs))
+        )
     if size is None or rest[end:].lstrip().startswith("^"):
         return None
     return size, bool(set(_COMMAND.sub("", body)) & _LETTERS)
@@ -239,8 +268,9 @@ def _degree_and_digits(text: str, exponents: list[tuple[int, int]]) -> tuple[int
     into, and on the digits of any integer it can compute: every atom (variable, radical, ``\\pi``,
     function) counts 1 and every digit run its length (``n!`` that of its value), times every exponent
     whose base holds it. A base not a letter, number, command or group (``|x|^9``) is all text before it."""
-    atoms = {atom.start(): 1 for atom in _ATOM.finditer(text)
-             if len(atom.group()) == 1 or atom.group()[1:] in _GENERATORS}
+    atoms = {
+        atom.start(): 1 for atom in _ATOM.finditer(text) if len(atom.group()) == 1 or atom.group()[1:] in _GENERATORS
+    }
     digits = {run.start(): len(run.group()) for run in _DIGIT_RUN.finditer(text)}
     digits.update({n.start(): len(str(math.factorial(int(n.group(1))))) for n in _FACTORIAL.finditer(text)})
     for caret, size in exponents:
