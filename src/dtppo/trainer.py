@@ -1,4 +1,4 @@
-"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (SPEC §3)."""
+"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (docs/design.md, "Data flow")."""
 
 from __future__ import annotations
 

@@ -178,6 +178,11 @@ def test_the_packages_are_layered():
     graph = package_graph(import_edges())
     assert reachable(graph, "config") & {"data", "models", "rewards"} == set()
     assert reachable(graph, "algorithms") & {"workers", "trainer", "rollout"} == set()
+    # The placement rules of docs/design.md ("Where code goes").
+    assert reachable(graph, "rollout") & {"workers", "trainer", "orchestration", "rewards"} == set()
+    assert "rewards" not in reachable(graph, "data") and reachable(graph, "answers") == set()
+    assert reachable(graph, "distributed") == set()
+    assert "orchestration" not in reachable(graph, "workers")
     # the walk sees the layers at all: a graph that lost its edges would pass the two lines above
     assert "config" in reachable(graph, "data") and {"workers", "rollout", "algorithms"} <= reachable(graph, "trainer")
 

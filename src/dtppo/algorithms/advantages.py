@@ -1,6 +1,6 @@
 """Value alignment, token-level rewards, GAE and advantage whitening.
 
-Conventions (SPEC §2-3): ``values[b, t] = V(s_t)``, the value of the state *before* token t is emitted; the
+Conventions: ``values[b, t] = V(s_t)``, the value of the state *before* token t is emitted; the
 sequence reward lands on the last response token; masked positions inside a row are skipped as if absent.
 """
 

@@ -1,7 +1,7 @@
 """Clipped PPO policy loss and clipped value loss.
 
 Each returns ``(local loss sum, stats)``: the caller divides by the number of valid tokens in the whole
-global batch (SPEC §3 "Normalisation"), so the result is one global token-mean whatever the microbatching.
+global batch, so the result is one global token-mean whatever the microbatching.
 Stats are detached tensors named ``*_sum`` (add across microbatches, then divide by the token count),
 ``*_min`` or ``*_max`` (reduce with min / max); see :func:`dtppo.metrics.reduce_stats`.
 """

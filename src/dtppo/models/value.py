@@ -22,7 +22,7 @@ class ValueModel(nn.Module):
     backbone: an HF base model (e.g. ``Qwen2Model``) returning ``last_hidden_state``.
     seed: the head is drawn from its own generator seeded with ``seed``, so every launch, layout and
     process gets the same fresh head regardless of what consumed the global RNG before.
-    shift: True gives V(s_t) (SPEC §2); False exists only for the value-alignment experiment.
+    shift: True gives V(s_t), the state before token t; False exists only for the value-alignment experiment.
     sequence_packing: :meth:`values` packs the batch's sequences into fewer rows (no pad tokens computed)
     and shifts within each sequence; the results equal the padded path's (dtppo.packing).
     head: (weight [1, H], bias [1] or None) to start from instead of a fresh head, e.g. a reward model's

@@ -1,6 +1,6 @@
 """What both workers share: optimizer and schedule, and the minibatch / microbatch update loop.
 
-Normalisation (SPEC §3): each minibatch is one optimizer step; its loss is the sum of per-token losses
+Normalisation: each minibatch is one optimizer step; its loss is the sum of per-token losses
 divided by the minibatch's valid-token count, counted once before the microbatch loop. Any microbatch size
 or accumulation count therefore gives the same gradient.
 """
