@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from dtppo.config import Config, ConfigError, DatasetConfig
-from dtppo.config.schema import require
+from dtppo.config.rules import require
 from dtppo.distributed.launch import under_torchrun
 from dtppo.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function

@@ -34,8 +34,8 @@ def test_kill_before_the_rename_resumes_from_the_previous_step_and_reproduces_th
 
     resumed = launch(spec, tmp_path, "run")
     assert resumed.wait(timeout=900) == 0, (tmp_path / "run.1.log").read_text()[-3000:]
-    log = (tmp_path / "run.1.log").read_text()
-    resumed_lines = [line for line in log.splitlines() if line.startswith("resumed from")]
+    output = (tmp_path / "run.1.log").read_text()
+    resumed_lines = [line for line in output.splitlines() if line.startswith("resumed from")]
     assert len(resumed_lines) == 1 and resumed_lines[0].endswith("run/ckpt/step_1"), resumed_lines
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_1", "step_2"]  # the leftover is gone
     assert comparable_metrics(log) == reference_metrics

@@ -200,7 +200,7 @@ def test_a_deliberate_stop_keeps_its_exit_code_under_ray(sft_dir, tmp_path, ray_
     assert "Traceback" not in out
 
 
-def _stop_cluster(temp_dir: str, grace_s: float = 15.0) -> None:
+def _stop_cluster(temp_dir: str, grace_s: float = 3.0) -> None:
     """Stop the Ray processes of the cluster whose session files are under ``temp_dir``, and only those
     (``ray stop`` would also stop every other Ray instance of this user on the machine). Its daemons name
     ``temp_dir`` on their command line; the workers they spawn retitle themselves ``ray::...``, so they are

@@ -7,7 +7,8 @@ import sys
 from typing import Literal
 
 from dtppo.config.reward_spec import BUILTINS, parse_spec
-from dtppo.config.schema import Config, TinyModelConfig, require
+from dtppo.config.rules import require
+from dtppo.config.schema import Config, TinyModelConfig
 
 
 def check(cfg: Config) -> None:

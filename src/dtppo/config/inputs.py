@@ -1,0 +1,232 @@
+"""The sections that say what a run reads and how it scores: the task and its data, SFT before PPO, the rewards.
+Each checks its own fields (``__post_init__``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dtppo.config.reward_spec import LATE_CHUNKS_NAME, MODEL_NAME, parse_spec
+from dtppo.config.rules import ConfigError, at_least, names_a_directory, require
+from dtppo.config.training import OptimizerConfig, SchedulerConfig
+
+# Each task's verifier: its default reward function and the source of validation/accuracy (custom has none).
+TASK_VERIFIERS: dict[str, str | None] = {"tiny_math": "gsm8k", "gsm8k": "gsm8k", "math": "math", "custom": None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyMathConfig:
+    """The synthetic arithmetic word problems."""
+
+    max_number: int = 20
+    """Operands and start values are drawn from 1..max_number."""
+    min_ops: int = 1
+    """Fewest operations per problem."""
+    max_ops: int = 2
+    """Most operations per problem."""
+    hard_fraction: float = 0.0
+    """Share of problems whose numbers come from 1..hard_max_number instead: a second difficulty that the prompt
+    shows (its numbers' size), for a task whose return a critic can partly predict from the prompt."""
+    hard_max_number: int = 999
+    """Largest number of a hard problem (only with hard_fraction > 0)."""
+    validation_seed: int = 12345
+    """The held-out set; its questions never appear in training."""
+
+    def __post_init__(self) -> None:
+        require(self.max_number >= 2, "max_number", "must be >= 2")
+        require(
+            1 <= self.min_ops <= self.max_ops,
+            "min_ops",
+            "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops",
+        )
+        require(0.0 <= self.hard_fraction <= 1.0, "hard_fraction", "must be in [0, 1]")
+        require(
+            self.hard_fraction == 0 or self.hard_max_number > self.max_number,
+            "hard_max_number",
+            "must be > data.tiny_math.max_number when data.tiny_math.hard_fraction > 0",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    """One split of a file-backed task."""
+
+    path: str | None = None
+    """A jsonl file, a ``save_to_disk`` directory or a hub dataset id (train: the training rows; validation: the
+    first ``ppo.max_val_samples`` usable rows)."""
+    hf_config: str | None = None
+    """The configuration (subset) of a hub dataset id in ``path``, e.g. ``main`` for ``openai/gsm8k``; only
+    for hub ids."""
+    split: str | None = None
+    """The split to read from an HF dataset: required for a hub id and for a ``save_to_disk`` directory that
+    holds several splits (a DatasetDict); not for a jsonl file."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """The task, its files and the prompt format."""
+
+    task: Literal["tiny_math", "gsm8k", "math", "custom"] = "tiny_math"
+    """tiny_math (synthetic) | gsm8k (``question``/``answer`` rows, ``####`` answers) | math (``problem``/``solution``
+    rows, the last ``\\boxed{}`` of the solution is the reference) | custom (``prompt_key``/``answer_key`` below).
+    Each task's verifier is its default reward (``reward.functions``); custom has none."""
+    train: DatasetConfig = field(default_factory=DatasetConfig)
+    """The training rows."""
+    validation: DatasetConfig = field(default_factory=DatasetConfig)
+    """The held-out rows."""
+    prompt_key: str = "prompt"
+    """custom: the prompt column, plain text or a list of chat messages (``[{"role": ..., "content": ...}]``)."""
+    answer_key: str | None = None
+    """custom: the reference column (passed to reward functions as ``answer=``); null = none."""
+    tiny_math: TinyMathConfig = field(default_factory=TinyMathConfig)
+    """The synthetic task's generator."""
+    system_prompt: str | None = None
+    """Prepended as the system turn (to a message list only if it has no system turn); null = none."""
+    max_prompt_tokens: int = 256
+    """Rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
+    on_bad_row: Literal["skip", "error"] = "skip"
+    """Rows with a missing or malformed prompt or reference (for gsm8k: an empty or non-numeric answer; for math: a
+    solution without ``\\boxed{}``), or a prompt over max_prompt_tokens: skip (counted, logged) | error (the
+    file:line or dataset row named)."""
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "max_prompt_tokens")
+        if self.task != "tiny_math":
+            for name, dataset in [("train", self.train), ("validation", self.validation)]:
+                require(dataset.path is not None, f"{name}.path", f"required when data.task is {self.task}")
+        if self.task == "custom":
+            require(self.prompt_key.strip() != "", "prompt_key", "must name the prompt column")
+            require(
+                self.answer_key is None or self.answer_key.strip() != "",
+                "answer_key",
+                "must name the reference column, or be null",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CarelessStageConfig:
+    """An optional planted flaw after SFT (tiny_math only): bare wrong "#### N" answers."""
+
+    num_steps: int = 0
+    """Optimizer steps of the stage; 0 = no stage."""
+    lr: float = 3e-4
+    """Its constant learning rate."""
+    careless_fraction: float = 0.6
+    """Fraction of its examples that are bare wrong answers."""
+
+    def __post_init__(self) -> None:
+        require(self.num_steps >= 0, "num_steps", f"must be >= 0, got {self.num_steps}")
+        require(0.0 < self.lr < math.inf, "lr", f"must be finite and > 0, got {self.lr}")
+        require(0.0 <= self.careless_fraction <= 1.0, "careless_fraction", "must be in [0, 1]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SFTConfig:
+    """Supervised fine-tuning: the checkpoint PPO starts from."""
+
+    output_dir: str = "runs/sft"
+    """An HF directory (model + tokenizer), with ``sft_results.json`` (its accuracies) beside the weights."""
+    seed: int = 0
+    """Seeds the model's initialisation and the data order. Independent of ``ppo.seed``, so PPO seeds can share one
+    SFT model and SFT models can be varied on their own (docs/learning.md)."""
+    num_steps: int = 500
+    """Optimizer steps of the main stage: the cap when ``patience`` stops it earlier."""
+    val_period: int = 0
+    """Greedy validation accuracy every N steps of the main stage (and always at its end); 0 = at its end only."""
+    patience: int = 0
+    """Stop the main stage once this many validations in a row improved on the best by less than
+    ``min_improvement`` (its plateau), counted once the best has reached ``min_accuracy``; 0 = always train
+    ``num_steps``. Needs ``val_period``."""
+    min_improvement: float = 0.01
+    """The accuracy gain over the best so far that counts as an improvement for ``patience``."""
+    min_accuracy: float = 0.0
+    """The floor: a main stage that ends below this greedy validation accuracy stops the run (exit 5) before PPO
+    starts from it, both when SFT runs and when ``dtppo ppo`` reuses ``output_dir``."""
+    batch_size: int = 32
+    """Examples per optimizer step."""
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
+    """SFT's AdamW."""
+    scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30))
+    """SFT's learning-rate schedule (total_steps null = ``num_steps``)."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
+    careless_stage: CarelessStageConfig = field(default_factory=CarelessStageConfig)
+    """The planted flaw, trained after the main stage."""
+    log_period: int = 50
+    """Log every N steps (and the last)."""
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "batch_size", "log_period")
+        at_least(self, 0, "num_steps", "val_period", "patience")
+        require(self.patience == 0 or self.val_period > 0, "patience", "needs sft.val_period > 0")
+        require(0.0 <= self.min_improvement <= 1.0, "min_improvement", "must be in [0, 1]")
+        require(0.0 <= self.min_accuracy <= 1.0, "min_accuracy", "must be in [0, 1]")
+        require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
+        names_a_directory(self, "output_dir")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardModelConfig:
+    """A learned reward model: an HF sequence-classification directory (num_labels=1, safetensors only) with its
+    own tokenizer and chat template. It is never trained."""
+
+    path: str | None = None
+    """The RM's directory; null = no reward model."""
+    weight: float = 1.0
+    """Its score's weight in the total reward (0: scored and logged as ``train/reward/model``, not rewarded)."""
+    batch_size: int = 16
+    """Conversations per RM forward pass."""
+    max_length: int = 1024
+    """Longest rendered conversation in RM tokens; a longer one keeps its last ``max_length`` tokens."""
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "batch_size", "max_length")
+        require(math.isfinite(self.weight), "weight", "must be a finite number")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardConfig:
+    """The reward: weighted reward functions (TRL's signature) plus an optional learned reward model."""
+
+    functions: tuple[str, ...] | None = None
+    """Each a built-in (``gsm8k``, ``math``), ``path/to/file.py:name`` or ``package.module:name``, called as
+    ``fn(prompts=..., completions=..., **columns) -> list[float | None]``; null = the task's verifier (``gsm8k`` for
+    tiny_math and gsm8k, ``math`` for math; none for custom), filled in when the Config is built."""
+    weights: tuple[float, ...] | None = None
+    """One weight per function; null = 1 each."""
+    accuracy_from: str | None = None
+    """The function (by its metric name) whose validation mean is ``validation/accuracy``; null = the task's
+    verifier (none for custom)."""
+    model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """A learned reward model whose score joins the functions' sum."""
+    num_workers: int = 2
+    """Scoring processes (local run) or Ray actors (Ray run); 0 = in rank 0's process."""
+    timeout_s: float = 30.0
+    """A chunk not scored by then gets 0.0 instead of stalling the step."""
+
+    def __post_init__(self) -> None:
+        """The functions given parse and have unique metric names; what ``Config`` fills in from data.task (the
+        default functions, one weight each, the accuracy source) is checked with it (``checks``)."""
+        names = []
+        for i, spec in enumerate(self.functions or ()):
+            try:
+                names.append(parse_spec(spec).name)
+            except ValueError as err:
+                raise ConfigError(f"functions[{i}]: {err}") from None
+        for i, name in enumerate(names):
+            require(
+                name not in (MODEL_NAME, LATE_CHUNKS_NAME),
+                f"functions[{i}]",
+                f"{name!r} is a metric name "
+                f"dtppo logs itself (train/reward/{name}: the reward model's, the late-chunk count): rename "
+                f"the function",
+            )
+            require(
+                name not in names[:i],
+                f"functions[{i}]",
+                f"a second function named {name!r}: metric names (train/reward/<name>) must be unique",
+            )
+        require(all(math.isfinite(w) for w in self.weights or ()), "weights", "must be finite numbers")
+        require(self.num_workers >= 0, "num_workers", "must be >= 0")
+        require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
