@@ -1,35 +1,34 @@
-"""Configuration: the typed, frozen tree whose sections check their own fields (``schema``), recipes to Config
+"""Configuration: the typed, frozen tree whose sections check their own fields (``schema``; the sections in
+``training``, ``inputs`` and ``run``), recipes to Config
 (``loading``), the rules spanning sections (``checks``). Standard library and PyYAML only: what a recipe names
 outside itself (files, models, packages, code) is checked by ``dtppo.preflight``."""
 
 from dtppo.config.checks import batch_clamp_notes
-from dtppo.config.loading import from_dict, load
-from dtppo.config.schema import (
+from dtppo.config.inputs import (
     TASK_VERIFIERS,
     CarelessStageConfig,
-    CheckpointingConfig,
-    ClusterConfig,
-    Config,
-    ConfigError,
     DataConfig,
     DatasetConfig,
+    RewardConfig,
+    RewardModelConfig,
+    SFTConfig,
+    TinyMathConfig,
+)
+from dtppo.config.loading import from_dict, load
+from dtppo.config.rules import ConfigError
+from dtppo.config.run import CheckpointingConfig, ClusterConfig, LoggerConfig, MlflowConfig, WandbConfig
+from dtppo.config.schema import Config
+from dtppo.config.training import (
     GenerationConfig,
-    LoggerConfig,
     LossConfig,
-    MlflowConfig,
     ModelConfig,
     OptimizerConfig,
     ParallelConfig,
     PolicyConfig,
     PPOConfig,
-    RewardConfig,
-    RewardModelConfig,
     SchedulerConfig,
-    SFTConfig,
-    TinyMathConfig,
     TinyModelConfig,
     ValueConfig,
-    WandbConfig,
 )
 
 __all__ = [

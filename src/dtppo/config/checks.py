@@ -8,7 +8,8 @@ from typing import Literal
 
 from dtppo.config.reward_spec import BUILTINS, parse_spec
 from dtppo.config.rules import require
-from dtppo.config.schema import Config, TinyModelConfig
+from dtppo.config.schema import Config
+from dtppo.config.training import TinyModelConfig
 
 
 def check(cfg: Config) -> None:

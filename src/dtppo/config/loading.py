@@ -20,7 +20,8 @@ from typing import Any, Literal
 import yaml
 
 from dtppo.config.checks import check, warn_unusual
-from dtppo.config.schema import Config, ConfigError
+from dtppo.config.rules import ConfigError
+from dtppo.config.schema import Config
 
 _YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 

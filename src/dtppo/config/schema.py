@@ -16,58 +16,17 @@ from typing import Any, Literal
 
 from dtppo.config.inputs import (
     TASK_VERIFIERS,
-    CarelessStageConfig,
     DataConfig,
-    DatasetConfig,
     RewardConfig,
-    RewardModelConfig,
     SFTConfig,
-    TinyMathConfig,
 )
-from dtppo.config.rules import ConfigError, require
-from dtppo.config.run import CheckpointingConfig, ClusterConfig, LoggerConfig, MlflowConfig, WandbConfig
+from dtppo.config.run import CheckpointingConfig, ClusterConfig, LoggerConfig
 from dtppo.config.training import (
-    GenerationConfig,
     LossConfig,
-    ModelConfig,
-    OptimizerConfig,
-    ParallelConfig,
     PolicyConfig,
     PPOConfig,
-    SchedulerConfig,
-    TinyModelConfig,
     ValueConfig,
 )
-
-# The sections, importable from here (the tree's one module) as from the modules that define them.
-__all__ = [
-    "TASK_VERIFIERS",
-    "CarelessStageConfig",
-    "CheckpointingConfig",
-    "ClusterConfig",
-    "Config",
-    "ConfigError",
-    "DataConfig",
-    "DatasetConfig",
-    "GenerationConfig",
-    "LoggerConfig",
-    "LossConfig",
-    "MlflowConfig",
-    "ModelConfig",
-    "OptimizerConfig",
-    "PPOConfig",
-    "ParallelConfig",
-    "PolicyConfig",
-    "RewardConfig",
-    "RewardModelConfig",
-    "SFTConfig",
-    "SchedulerConfig",
-    "TinyMathConfig",
-    "TinyModelConfig",
-    "ValueConfig",
-    "WandbConfig",
-    "require",
-]
 
 
 @dataclass(frozen=True, kw_only=True)
