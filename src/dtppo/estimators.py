@@ -71,7 +71,7 @@ class GRPOEstimator:
 def build_estimator(cfg: Config) -> Estimator:
     """GAE with a critic (``ppo.advantage_estimator=gae``), GRPO without."""
     ppo, loss = cfg.ppo, cfg.loss
-    if ppo.advantage_estimator == "grpo":
+    if not cfg.has_critic:
         return GRPOEstimator(ppo.num_generations_per_prompt)
     kl_coef = loss.kl_coef if loss.kl_coef > 0.0 and loss.kl_in_reward else 0.0
     return GAEEstimator(

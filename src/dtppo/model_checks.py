@@ -29,7 +29,7 @@ from dtppo.data.loader import format_prompt
 from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
 from dtppo.faults import InputError
 from dtppo.models.tokenizer import load_tokenizer
-from dtppo.rollout.generator import TorchGenerator
+from dtppo.rollout.generator import resolve_decoder
 
 SUPPORTED_LAYOUTS = "Qwen2/Llama-style blocks (model.layers[i].self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj)"
 
@@ -71,7 +71,7 @@ def _check_decoder(cfg: Config, config: PretrainedConfig) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     try:
-        TorchGenerator(model, (), 0, gen.decoder, compile=gen.decode_graph)
+        resolve_decoder(model, gen.decoder, gen.decode_graph)
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

@@ -167,11 +167,11 @@ class PPOTrainer:
         Every update of an epoch starts before any result is shared: a role's ``train`` runs on its own ranks
         only and ``share`` is the collective, so in separate pools (``cluster.policy_ranks``) the critic and the
         policy update at the same time, and colocated they run one after the other as before."""
-        updates = [
-            (role, phase)
-            for role, phase in [(self.value, "critic_update"), (self.policy if train_policy else None, "policy_update")]
-            if role is not None
-        ]
+        updates: list[tuple[PolicyRole | ValueRole, str]] = []
+        if self.value is not None:
+            updates.append((self.value, "critic_update"))
+        if train_policy:
+            updates.append((self.policy, "policy_update"))
         runs: dict[str, list[dict]] = {phase: [] for _, phase in updates}
         for _ in range(self.cfg.ppo.ppo_epochs):
             started = []

@@ -34,26 +34,26 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     prompts = encode_prompts(tok, trainer.validation_problems[:16], cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     ids, key, n = torch.arange(16), stream_key(cfg.ppo.seed, 0), cfg.policy.generation.max_new_tokens
     greedy = SamplingParams(n, greedy=True)
-    by_vllm = worker.sample(prompts, greedy, key, ids)
+    by_vllm = worker.generator.sample(prompts, greedy, key, ids)
     by_torch = TorchGenerator(worker.model, worker.stop_ids, tok.pad_token_id).sample(prompts, greedy, key, ids)
     tempered = SamplingParams(n, temperature=cfg.policy.generation.temperature)
-    whole = responses(worker.sample(prompts, tempered, key, ids))
-    halves = responses(worker.sample(prompts[:8], tempered, key, ids[:8])) + responses(
-        worker.sample(prompts[8:], tempered, key, ids[8:])
+    whole = responses(worker.generator.sample(prompts, tempered, key, ids))
+    halves = responses(worker.generator.sample(prompts[:8], tempered, key, ids[:8])) + responses(
+        worker.generator.sample(prompts[8:], tempered, key, ids[8:])
     )
-    reversed_order = responses(worker.sample(prompts[::-1], tempered, key, ids.flip(0)))[::-1]
+    reversed_order = responses(worker.generator.sample(prompts[::-1], tempered, key, ids.flip(0)))[::-1]
     # 256 prompts (~20k prompt tokens) exceed one scheduler step's token budget: the first 16 rows again.
-    crowded = responses(worker.sample(prompts * 16, tempered, key, torch.arange(256)))
+    crowded = responses(worker.generator.sample(prompts * 16, tempered, key, torch.arange(256)))
     return {
         "greedy_vllm": responses(by_vllm),
         "greedy_torch": responses(by_torch),
         "whole": whole,
-        "rerun": responses(worker.sample(prompts, tempered, key, ids)),
+        "rerun": responses(worker.generator.sample(prompts, tempered, key, ids)),
         "halves": halves,
         "reversed": reversed_order,
         "crowded": crowded[:16],
         "crowded_rows": len(crowded),
-        "other_key": responses(worker.sample(prompts, tempered, key + 1, ids)),
+        "other_key": responses(worker.generator.sample(prompts, tempered, key + 1, ids)),
     }
 
 

@@ -4,7 +4,7 @@ A generator holds its own whole (unsharded) copy of the policy, or samples the t
 is unsharded, and is refitted with the trainer's weights after every policy update. Everything that decides how
 tokens are produced lives behind it: the engine (dtppo's torch sampler or vLLM), the torch decoder
 (``policy.generation.decoder``) and its compiled decode steps (``policy.generation.decode_graph``). The policy
-worker, the trainer and validation see only these five methods and the weight version.
+worker, the trainer and validation see only the protocol's methods and the weight version.
 """
 
 from __future__ import annotations
@@ -60,18 +60,25 @@ class Generator(Protocol):
         """End of the run: release the engine's resources."""
 
 
-def resolve_decoder(model: PreTrainedModel, decoder: Literal["auto", "hf", "static"]) -> Literal["hf", "static"]:
+def resolve_decoder(
+    model: PreTrainedModel, decoder: Literal["auto", "hf", "static"], compile: bool = False
+) -> Literal["hf", "static"]:
     """The torch decoder ``policy.generation.decoder`` selects for ``model``: ``auto`` is ``static`` where the
-    hand-written static-KV decoder implements the architecture (``static_decoder_supported``), else ``hf``."""
+    hand-written static-KV decoder implements the architecture (``static_decoder_supported``), else ``hf``.
+    ``compile`` (``policy.generation.decode_graph``) needs the static decoder. Raises ValueError naming the key."""
     supported = static_decoder_supported(model)
     if decoder == "static" and not supported:
         raise ValueError(
             f"policy.generation.decoder: static (dtppo's static-KV decoder) implements plain "
             f"Qwen2/Llama decoders only, not this {model.config.model_type} model (use auto or hf)"
         )
-    if decoder == "auto":
-        return "static" if supported else "hf"
-    return decoder
+    chosen = ("static" if supported else "hf") if decoder == "auto" else decoder
+    if compile and chosen != "static":
+        raise ValueError(
+            f"policy.generation.decode_graph: compiled decode steps need the static decoder; "
+            f"this {model.config.model_type} model decodes through the HF forward"
+        )
+    return chosen
 
 
 class TorchGenerator:
@@ -92,12 +99,7 @@ class TorchGenerator:
         compile: bool = False,
     ):
         self.model, self.stop_ids, self.pad_id, self.compile = model, tuple(stop_ids), pad_id, compile
-        self.decoder = resolve_decoder(model, decoder)
-        if compile and self.decoder != "static":
-            raise ValueError(
-                f"policy.generation.decode_graph: compiled decode steps need the static decoder; "
-                f"this {model.config.model_type} model decodes through the HF forward"
-            )
+        self.decoder = resolve_decoder(model, decoder, compile)
         self.graph_decoders: dict[tuple[int, int], StaticKVDecoder] = {}
         self.version = 0
 

@@ -83,18 +83,12 @@ class PolicyWorker(Worker):
     def close(self) -> None:
         self.generator.close()
 
-    def sample(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
-    ) -> Experience:
-        """Responses to ``prompts`` from this rank's generator; sample_ids: [B]."""
-        return self.generator.sample(prompts, params, key, sample_ids)
-
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
     ) -> Experience:
         """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
         rows = self.layout.my_rows(len(prompts))
-        part = self.sample(prompts[rows], params, key, sample_ids[rows])
+        part = self.generator.sample(prompts[rows], params, key, sample_ids[rows])
         experience = self.layout.gather_experience(part, self.tokenizer.pad_token_id)
         error = gen_logprob_error(experience.batch_size)
         if error is not None:  # test hook (dtppo.faults): a generator whose log-probs are off on purpose
