@@ -57,7 +57,7 @@ reliability: $(STAMP)
 # Benchmarks (minutes; not in `make test`): each prints a table and writes bench/results/<name>.json whose rows
 # carry the command that reproduces them. Add one with: BENCH_SCRIPTS += bench/<name>.py
 BENCH_SCRIPTS := bench/parity.py bench/distributed.py bench/rollout.py bench/vs_trl.py
-BENCH_SCRIPTS += bench/train_flops.py bench/scaling.py bench/memory.py
+BENCH_SCRIPTS += bench/train_flops.py bench/scaling.py bench/memory.py bench/async.py bench/async_model.py
 
 bench: $(STAMP)
 	@for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done

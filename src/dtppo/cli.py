@@ -1,8 +1,8 @@
 """``dtppo sft|ppo|eval|export|plot``: the command line. Bad recipes and unusable inputs (data, checkpoint or
 model directories, log directories) exit 2 with one line naming the key or path; a run stopped by non-finite
-numbers exits 3, one stopped by a checkpoint fault exits 4 and an SFT model below its recipe's floor
-(``sft.min_accuracy``) exits 5, each with one line. ``DTPPO_DEBUG=1`` adds the
-traceback above that line."""
+numbers exits 3, one stopped by a checkpoint fault exits 4, an SFT model below its recipe's floor
+(``sft.min_accuracy``) exits 5 and a run whose generation ranks died or stopped answering exits 6, each with one
+line. ``DTPPO_DEBUG=1`` adds the traceback above that line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dtppo import config as config_lib
 from dtppo.config.reward_spec import parse_spec
-from dtppo.faults import CheckpointError, InputError, NonFiniteError, RunStopped
+from dtppo.faults import CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
 
 DEBUG_ENV = "DTPPO_DEBUG"
 
@@ -64,12 +64,15 @@ def cmd_ppo(args: argparse.Namespace) -> None:
     launcher = _launcher(cfg)
     try:
         launcher.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+    except RunStopped:  # the launcher's own (a generation rank that died): main() prints it
+        raise
     except Exception as err:
         # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
         if getattr(err, "exit_code", None) in (
             InputError.exit_code,
             NonFiniteError.exit_code,
             CheckpointError.exit_code,
+            GenerationError.exit_code,
         ):
             raise SystemExit(err.exit_code) from None
         raise
@@ -106,7 +109,7 @@ def _launcher(cfg: config_lib.Config):
     if cfg.cluster.backend == "ray":
         from dtppo.orchestration.ray_launcher import RayLauncher
 
-        launcher = RayLauncher(cfg.cluster, cfg.cluster.world_size, cfg.cluster.ray_temp_dir)
+        launcher = RayLauncher(cfg.cluster, cfg.cluster.ray_temp_dir)
         print(
             "ranks placed on Ray nodes: "
             + ", ".join(f"rank {r} -> {node}" for r, node in enumerate(launcher.rank_nodes())),
@@ -115,17 +118,26 @@ def _launcher(cfg: config_lib.Config):
         return launcher
     from dtppo.orchestration.launcher import LocalLauncher
 
-    return LocalLauncher(cfg.cluster.world_size)
+    return LocalLauncher(cfg.cluster.world_size, cfg.cluster.generation_ranks)
 
 
 def _ppo_rank(tree: dict, sft_results: dict) -> None:
-    """One rank of a PPO run (module level so spawned processes can import it)."""
+    """One rank of a PPO run (module level so spawned processes can import it): a training rank, or a generation
+    rank (``cluster.generation_ranks``), which serves the training ranks until they are done."""
     from dtppo.distributed.comm import is_main_rank
-    from dtppo.trainer import PPOTrainer
+    from dtppo.distributed.launch import run_worlds
 
     _quiet_transformers()
     cfg = config_lib.from_dict(tree)
+    worlds = run_worlds()
     try:
+        if worlds is not None and worlds.generation_rank is not None:
+            from dtppo.rollout.remote import serve
+
+            serve(cfg)
+            return
+        from dtppo.trainer import PPOTrainer
+
         history = PPOTrainer(cfg).fit()
     except RunStopped as err:
         _report(err)  # on the rank that saw it: a spawned rank's exception would reach the user as a traceback
@@ -137,8 +149,14 @@ def _ppo_rank(tree: dict, sft_results: dict) -> None:
 def _report(err: RunStopped) -> None:
     """The one line a stopped run leaves on stderr (prefixed with the rank when there are several)."""
     from dtppo.distributed.comm import rank, world_size
+    from dtppo.distributed.launch import run_worlds
 
-    where = f" (rank {rank()})" if world_size() > 1 else ""
+    worlds = run_worlds()
+    if worlds is not None:  # two worlds: name the rank among all launched ones, and its side
+        side = "training" if worlds.generation_rank is None else f"generation rank {worlds.generation_rank}"
+        where = f" (rank {worlds.global_rank}, {side})"
+    else:
+        where = f" (rank {rank()})" if world_size() > 1 else ""
     _debug_traceback(err)
     print(f"dtppo: error{where}: {err}", file=sys.stderr, flush=True)
 
@@ -152,6 +170,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from dtppo.sft import sft_is_done
     from dtppo.trainer import PPOTrainer
 
+    # Evaluation samples in this one process: no generation ranks, nothing to run ahead of.
+    args.overrides = [*args.overrides, "cluster.generation_ranks=0", "ppo.max_lag=0"]
     cfg = _load(args)
     if cfg.ppo.init_from_sft and not sft_is_done(cfg):
         raise InputError(
@@ -162,7 +182,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if trainer.steps_done == 0:
         print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scoring the starting policy", flush=True)
     result = trainer.evaluate()
-    trainer.policy.close()
+    trainer.rollouts.close()
     trainer.rewarder.close()
     figures = {"step": trainer.steps_done} | ({"accuracy": result.accuracy} if result.accuracy is not None else {})
     figures |= {"reward": result.reward} | {f"reward/{name}": mean for name, mean in result.rewards.items()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from dtppo.algorithms.advantages import (
+    VTraceCorrection,
     compute_advantages,
     group_normalized_advantages,
     length_adaptive_lambda,
@@ -28,7 +29,9 @@ Estimator = Callable[[Experience], Experience]
 @dataclass(frozen=True)
 class GAEEstimator:
     """Token rewards (the outcome reward at the last response token, minus ``kl_coef``·KL per token when the KL
-    is in the reward), then decoupled GAE (λ for the policy, λ for the critic's returns) and whitening."""
+    is in the reward), then decoupled GAE (λ for the policy, λ for the critic's returns) and whitening. With
+    ``vtrace_caps`` (ρ̄, c̄), V-trace instead of GAE, each token corrected by π_old/π_gen
+    (``value.target_correction``)."""
 
     gamma: float
     lambda_policy: float
@@ -37,9 +40,11 @@ class GAEEstimator:
     length_adaptive_alpha: float
     kl_in_reward_coef: float  # 0: no KL term in the reward
     kl_estimator: str
+    vtrace_caps: tuple[float, float] | None = None
 
     def __call__(self, experience: Experience) -> Experience:
-        """Needs ``rewards`` [B], ``old_values`` [B, T] (and ``old_logprobs``/``ref_logprobs`` [B, T] for the KL)."""
+        """Needs ``rewards`` [B], ``old_values`` [B, T] (and ``old_logprobs``/``ref_logprobs`` [B, T] for the KL;
+        ``old_logprobs``/``gen_logprobs`` for V-trace)."""
         mask = experience.train_mask
         kl = None
         if self.kl_in_reward_coef > 0.0:
@@ -48,8 +53,19 @@ class GAEEstimator:
         lambda_policy: float | torch.Tensor = self.lambda_policy
         if self.length_adaptive_alpha > 0.0:
             lambda_policy = length_adaptive_lambda(mask.sum(-1), self.length_adaptive_alpha)
+        vtrace = None
+        if self.vtrace_caps is not None:
+            log_rho = experience.old_logprobs - experience.gen_logprobs
+            vtrace = VTraceCorrection(log_rho, *self.vtrace_caps)
         advantages, returns = compute_advantages(
-            token_rewards, experience.old_values, mask, self.gamma, lambda_policy, self.lambda_value, self.normalize
+            token_rewards,
+            experience.old_values,
+            mask,
+            self.gamma,
+            lambda_policy,
+            self.lambda_value,
+            self.normalize,
+            vtrace,
         )
         return experience.replace(advantages=advantages, returns=returns)
 
@@ -82,4 +98,5 @@ def build_estimator(cfg: Config) -> Estimator:
         ppo.length_adaptive_alpha,
         kl_coef,
         loss.kl_estimator,
+        (cfg.value.vtrace_rho_cap, cfg.value.vtrace_c_cap) if cfg.value.target_correction == "vtrace" else None,
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -43,9 +43,17 @@ def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience)
     return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(experience.input_ids, mask)]
 
 
+class Sampler(Protocol):
+    """What validation needs of a generator: ``Generator.sample`` (the generation ranks' client has it too)."""
+
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+    ) -> Experience: ...
+
+
 @torch.no_grad()
 def sample_responses(
-    generator: Generator, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config, step: int
+    generator: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config, step: int
 ) -> Responses:
     """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``)."""
     gen = cfg.policy.generation

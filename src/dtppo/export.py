@@ -7,7 +7,7 @@ from pathlib import Path
 from dtppo import checkpoint
 from dtppo import config as config_lib
 from dtppo.faults import InputError
-from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
+from dtppo.models.causal_lm import build_policy, tiny_qwen2_config
 from dtppo.models.description import build_described, described
 from dtppo.models.ties import tied_names, untied
 from dtppo.models.tokenizer import load_tokenizer
@@ -62,14 +62,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
 def _build_from_sources(cfg: config_lib.Config) -> tuple:
     """(tokenizer, policy, critic backbone or None) from the model directories (or tiny shapes) ``cfg`` names."""
     tokenizer = load_tokenizer(cfg.policy_init_path)
-    policy = build_causal_lm(
-        cfg.policy_init_path,
-        cfg.policy.model.tiny,
-        len(tokenizer),
-        tokenizer.pad_token_id,
-        tokenizer.eos_token_id,
-        cfg.ppo.seed,
-    )
+    policy = build_policy(cfg, tokenizer)
     backbone = None
     if cfg.has_critic:
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)

@@ -64,6 +64,12 @@ class BelowFloorError(RunStopped):
     exit_code = 5
 
 
+class GenerationError(RunStopped):
+    """The generation ranks (``cluster.generation_ranks``) died, stopped answering, or answered out of protocol."""
+
+    exit_code = 6
+
+
 def nonfinite_injected(model: str, optimizer_step: int) -> bool:
     """True when ``DTPPO_TEST_NONFINITE`` lists ``optimizer_step`` for ``model`` ("policy" / "value")."""
     spec = os.environ.get(NONFINITE_ENV, "").strip()

@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 
 from dtppo import checkpoint
-from dtppo.algorithms.advantages import first_token_abs_mean
+from dtppo.algorithms.advantages import first_token_abs_mean, outcome_returns
 from dtppo.algorithms.kl import kl_estimate
 from dtppo.algorithms.losses import explained_var
 from dtppo.algorithms.mismatch import mismatch_sample_mask, rollout_is_stats, rollout_is_weights, seq_mult_prob_error
 from dtppo.config import Config, batch_clamp_notes
-from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.data.loader import PromptLoader, build_sources
 from dtppo.distributed.comm import broadcast, is_main_rank
 from dtppo.estimators import build_estimator
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
@@ -25,7 +25,7 @@ from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
 from dtppo.rewards.rewarder import Rewarder, check_reward_arguments
-from dtppo.rollout.sampler import SamplingParams, stream_key
+from dtppo.rollouts import Rollout, build_rollouts
 from dtppo.trackers import open_trackers
 from dtppo.types import Experience
 from dtppo.workers.layout import RankLayout
@@ -77,7 +77,7 @@ class PPOTrainer:
             )
         train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
         check_reward_arguments(cfg, [train_source[0]])  # needs a row: not preflight's, which reads no data
-        self.loader = PromptLoader(train_source, cfg.ppo.seed)
+        self.rollouts = build_rollouts(cfg, self.policy, self.tokenizer, PromptLoader(train_source, cfg.ppo.seed))
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.
         self.rewarder = (
@@ -106,19 +106,17 @@ class PPOTrainer:
         cfg, timer = self.cfg, PhaseTimer()
         step_start = time.perf_counter()
 
-        with timer("prompts"):
-            problems = self.loader.next_batch(cfg.ppo.num_prompts_per_step)
-            problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
-            prompts = encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+        with timer("prompts"):  # drawn (and, with generation ranks, requested) up to ppo.max_lag steps ahead
+            self.rollouts.submit(self.steps_done)
 
-        with timer("generation"), self.policy.generation():
-            key, sample_ids = stream_key(cfg.ppo.seed, self.steps_done), torch.arange(len(prompts))
-            experience = self.policy.generate(prompts, self._sampling_params(), key, sample_ids)
+        with timer("generation"):
+            rollout = self.rollouts.take(self.steps_done)
+            experience = rollout.experience
 
         with timer("reward"):
             rewards, reward_parts = torch.zeros(experience.batch_size), {}
             if self.rewarder is not None:
-                scored = self.rewarder.score(problems, decode_responses(self.tokenizer, experience))
+                scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
                 rewards, reward_parts = scored.total, scored.means()
             experience = experience.replace(rewards=broadcast(rewards))
 
@@ -140,11 +138,10 @@ class PPOTrainer:
         train_policy = self.steps_done >= cfg.ppo.policy_training_start_step
         runs = self._update(experience, train_policy, timer)
 
-        if train_policy:
-            with timer("weight_refit"):  # the generator samples the next step from the updated policy
-                self.policy.refit(self.steps_done + 1)
+        with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
+            self.rollouts.publish(self.steps_done + 1, updated=train_policy)
 
-        metrics = self._rollout_metrics(experience)
+        metrics = self._rollout_metrics(experience) | self._staleness_metrics(rollout)
         metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_parts.items()}
         if runs.get("policy_update"):
             metrics |= {f"train/{k}": v for k, v in mean_over(runs["policy_update"]).items()}
@@ -183,10 +180,6 @@ class PPOTrainer:
                     runs[phase].append(role.share(stats))
         return runs
 
-    def _sampling_params(self) -> SamplingParams:
-        gen = self.cfg.policy.generation
-        return SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=False)
-
     def _with_rollout_correction(self, experience: Experience) -> Experience:
         """The rollout–training mismatch: samples whose probability error exceeds ``ppo.seq_logprob_error_threshold``
         leave training (``sample_mask``), then the trained tokens get ``loss.rollout_is`` weights."""
@@ -216,6 +209,7 @@ class PPOTrainer:
         that train)."""
         mask, trained = experience.response_mask, experience.train_mask
         seq_error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, mask)
+        behaviour_ratio = torch.exp(experience.old_logprobs - experience.gen_logprobs)
         metrics = {
             "train/reward": experience.rewards.mean(),
             "train/advantages/mean": masked_mean(experience.advantages, trained),
@@ -225,6 +219,10 @@ class PPOTrainer:
             "train/token_mult_prob_error": masked_mean(
                 torch.exp((experience.gen_logprobs - experience.old_logprobs).abs()), mask
             ),
+            # π_old/π_gen: the behaviour policy against the one trained (max_lag steps newer, or the same weights)
+            "train/behaviour_ratio/mean": masked_mean(behaviour_ratio, trained),
+            "train/behaviour_ratio/min": masked_min(behaviour_ratio, trained),
+            "train/behaviour_ratio/max": masked_max(behaviour_ratio, trained),
             "train/seq_mult_prob_error/mean": seq_error.mean(),
             "train/seq_mult_prob_error/max": seq_error.max(),
             "train/mean_gen_tokens_per_sample": mask.sum(-1).mean(),
@@ -240,6 +238,13 @@ class PPOTrainer:
             metrics["train/kl_penalty"] = masked_mean(kl, mask)
         return metrics
 
+    def _staleness_metrics(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """Steps between the policy that sampled the batch and the one it trains (the same for every sample: a
+        batch is never sampled across a weight change), and the generation ranks' timings when they sampled it."""
+        staleness = torch.tensor(float(rollout.staleness))
+        metrics = {"train/staleness/mean": staleness, "train/staleness/max": staleness}
+        return metrics | {name: torch.tensor(value) for name, value in rollout.metrics.items()}
+
     def _critic_metrics(self, experience: Experience, critic_runs: list[dict]) -> dict[str, torch.Tensor]:
         """The critic's predictions before its update, and its update statistics (``train/critic/*``), over the
         samples that train."""
@@ -252,6 +257,10 @@ class PPOTrainer:
             # 0 when every sample got the same reward: that step's EV is then undefined (logging.explained_var_mean)
             "returns_var": masked_var(experience.returns, mask, unbiased=False),
             "explained_var": explained_var(experience.returns, experience.old_values, mask),
+            # against what the responses actually got, whatever the targets (V-trace's bootstrap toward V)
+            "explained_var_outcome": explained_var(
+                outcome_returns(experience.rewards, mask, self.cfg.ppo.gamma), experience.old_values, mask
+            ),
             **mean_over(critic_runs),
             "skipped_steps": torch.tensor(float(self.value.skipped_steps())),
         }
@@ -261,8 +270,7 @@ class PPOTrainer:
 
     def evaluate(self) -> EvalResult | None:
         """The policy's answers to the validation problems, scored like training samples; None off rank 0."""
-        with self.policy.generation():
-            responses = self.policy.sample_validation(self.validation_problems, self.steps_done)
+        responses = self.rollouts.validation(self.validation_problems, self.steps_done)
         if self.rewarder is None:
             return None
         scored = self.rewarder.score(self.validation_problems, responses.texts)
@@ -313,7 +321,7 @@ class PPOTrainer:
                     self.save()
             finished = True
         finally:
-            self.policy.close()
+            self.rollouts.close()
             logger.close(finished)
             if self.rewarder is not None:
                 self.rewarder.close()
@@ -324,7 +332,8 @@ class PPOTrainer:
         sharded = self._sharded_state()
         replicated = {
             "policy": self.policy.replicated_state(),
-            "loader": self.loader.state_dict(),
+            "loader": self.rollouts.prompts.position(self.steps_done),
+            "rollouts": self.rollouts.state_dict(),  # the batches in flight (rank 0; empty when synchronous)
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
             "trackers": self.tracker_runs,
@@ -351,20 +360,24 @@ class PPOTrainer:
         return {role: state for role, state in states.items() if state is not None}
 
     def maybe_resume(self) -> None:
-        """Load the latest complete checkpoint, whatever data-parallel size or pool layout wrote it."""
+        """Load the latest complete checkpoint, whatever data-parallel size or pool layout wrote it; then whoever
+        samples the batches gets the policy's current weights."""
         ckpt = self.cfg.checkpointing
         step = checkpoint.latest_step(ckpt.checkpoint_dir) if ckpt.enabled else None
-        if step is None:
-            return
+        if step is not None:
+            self._resume(Path(ckpt.checkpoint_dir) / f"step_{step}")
+        self.rollouts.start(self.steps_done)
+
+    def _resume(self, path: Path) -> None:
         sharded = self._sharded_state()
-        replicated, _ = checkpoint.load(Path(ckpt.checkpoint_dir) / f"step_{step}", sharded)
+        replicated, _ = checkpoint.load(path, sharded)
         self.policy.load_checkpoint(sharded.get("policy"), replicated["policy"])
         if self.value is not None:
             self.value.load_checkpoint(sharded.get("value"), replicated["value"])
-        self.loader.load_state_dict(replicated["loader"])
-        checkpoint.set_rng_state(replicated["rng"])
         self.steps_done = int(replicated["steps_done"])
-        self.policy.refit(self.steps_done)  # the generator samples from the restored weights
+        # Written before asynchronous PPO: no "rollouts" (nothing was in flight).
+        self.rollouts.restore(replicated["loader"], replicated.get("rollouts", {}), self.steps_done)
+        checkpoint.set_rng_state(replicated["rng"])
         self.tracker_runs = replicated.get("trackers", {})  # absent in checkpoints written before trackers
         if is_main_rank():
-            print(f"resumed from {ckpt.checkpoint_dir}/step_{step}", flush=True)
+            print(f"resumed from {path}", flush=True)

@@ -108,36 +108,46 @@ def test_export_of_a_sharded_checkpoint(runs, tmp_path):
     assert two_shard_files == ["__0_0.distcp", "__1_0.distcp"]
 
 
-@pytest.mark.slow
-def test_same_entry_point_under_torchrun(runs, sft_dir):
+def _torchrun(cwd, processes: int, ppo_args: list[str]) -> None:
+    """``dtppo ppo`` under torchrun (``ppo_args`` as ``_args`` makes them, the sub-command first)."""
     import os
     import subprocess
     import sys
 
-    args = _args(sft_dir, "torchrun", 1, 2)[1:]  # drop the "ppo" sub-command; it is given below
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "dtppo",
-            "ppo",
-            *args,
-        ],
-        cwd=runs,
+        [*command, "-m", "dtppo", *ppo_args],
+        cwd=cwd,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_same_entry_point_under_torchrun(runs, sft_dir):
+    _torchrun(runs, 2, _args(sft_dir, "torchrun", 1, 2))
     launched, spawned = _metrics(runs, "torchrun", 1), _metrics(runs, "dp2", 1)
     for key in spawned:
         if not key.startswith(("timing/", "perf/")) and key in launched:
             assert launched[key] == pytest.approx(spawned[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_generation_ranks_under_torchrun_equal_the_spawned_ranks(runs, sft_dir):
+    """torchrun starts 3 processes: two train (dp=2), the third only generates, one step ahead; the numbers are
+    those of the same layout spawned by the CLI itself."""
+    extra = ["cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_is=token"]
+    run_cli(_args(sft_dir, "spawned_async", 2, 3, *extra), runs)
+    _torchrun(runs, 3, _args(sft_dir, "torchrun_async", 2, 3, *extra))
+    for step in (1, 2):
+        launched, spawned = _metrics(runs, "torchrun_async", step), _metrics(runs, "spawned_async", step)
+        assert launched["train/staleness/max"] == step - 1
+        for key in spawned:
+            if not key.startswith(("timing/", "perf/")):
+                assert launched[key] == pytest.approx(spawned[key], rel=1e-4, abs=1e-6), key
 
 
 def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(sft_dir, tmp_path):

@@ -268,3 +268,17 @@ def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_wit
     )
     assert "ranks placed on Ray nodes: rank 0 ->" in proc.stdout
     assert [r["step"] for r in read_jsonl(tmp_path / "auth/log/metrics.jsonl")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_generation_ranks_as_their_own_actor_group_match_the_local_backend(sft_dir, tmp_path, ray_tmp):
+    async_args = ["cluster.workers_per_node=2", "cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_is=token"]
+    run_cli(_args(sft_dir, "local_async", 2, *async_args), tmp_path)
+    ray_args = ["cluster.backend=ray", f"cluster.ray_temp_dir={ray_tmp}"]
+    proc = run_cli(_args(sft_dir, "ray_async", 2, *async_args, *ray_args), tmp_path)
+    assert "generation: 1 generation rank(s)" in proc.stdout
+    local = [_comparable(r) for r in read_jsonl(tmp_path / "local_async/log/metrics.jsonl")]
+    remote = [_comparable(r) for r in read_jsonl(tmp_path / "ray_async/log/metrics.jsonl")]
+    assert [r["step"] for r in remote] == [0, 1, 2] and remote == local
+    assert [r["train/staleness/max"] for r in remote[1:]] == [0.0, 1.0]
+    assert not _ray_processes(ray_tmp) and not _ray_processes("ray::RayRank")

@@ -143,6 +143,21 @@ def test_eval_scores_the_checkpoint_with_the_engine(cli_runs, sft_dir):
 
 
 @pytest.mark.slow
+def test_on_a_generation_rank_one_step_ahead(cli_runs, sft_dir):
+    """The engine on a generation rank of its own, refitted in place from the weights the trainer sends: the
+    reference gates hold, and the first step's rollouts (policy version 0 either way) are dp1's."""
+    async_args = ["cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_is=token"]
+    proc = run_cli(_args(sft_dir, "generation_rank", 2, 2, *async_args), cli_runs)
+    assert "generation: 1 generation rank(s), vllm" in proc.stdout
+    records = _steps(cli_runs, "generation_rank")
+    _assert_reference_gates(records)
+    assert [r["train/staleness/max"] for r in records] == [0.0, 1.0]
+    first, local = records[0], _steps(cli_runs, "dp1")[0]
+    for key in ("train/reward", "train/mean_gen_tokens_per_sample", "train/truncation_rate"):
+        assert first[key] == local[key], key
+
+
+@pytest.mark.slow
 def test_under_ray_with_the_local_runs_rollouts(cli_runs, sft_dir):
     pytest.importorskip("ray")
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 from dtppo import config as config_lib  # noqa: E402
 from dtppo.data.loader import encode_prompts  # noqa: E402
+from dtppo.models.causal_lm import stop_token_ids  # noqa: E402
 from dtppo.rollout.generator import TorchGenerator  # noqa: E402
 from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
 from dtppo.trainer import PPOTrainer  # noqa: E402
@@ -35,7 +36,8 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     ids, key, n = torch.arange(16), stream_key(cfg.ppo.seed, 0), cfg.policy.generation.max_new_tokens
     greedy = SamplingParams(n, greedy=True)
     by_vllm = worker.generator.sample(prompts, greedy, key, ids)
-    by_torch = TorchGenerator(worker.model, worker.stop_ids, tok.pad_token_id).sample(prompts, greedy, key, ids)
+    torch_generator = TorchGenerator(worker.model, stop_token_ids(worker.model, tok), tok.pad_token_id)
+    by_torch = torch_generator.sample(prompts, greedy, key, ids)
     tempered = SamplingParams(n, temperature=cfg.policy.generation.temperature)
     whole = responses(worker.generator.sample(prompts, tempered, key, ids))
     halves = responses(worker.generator.sample(prompts[:8], tempered, key, ids[:8])) + responses(

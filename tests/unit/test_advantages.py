@@ -7,6 +7,7 @@ from dtppo.algorithms.advantages import (
     first_token_abs_mean,
     group_normalized_advantages,
     length_adaptive_lambda,
+    outcome_returns,
     right_shift_values,
     token_level_rewards,
     whiten,
@@ -189,3 +190,13 @@ def test_first_token_abs_mean_reads_the_first_response_token(poison):
     # Rows 0 and 1 have responses (first tokens -2.0 and 0.5); the empty row 2 is left out of the mean.
     assert first_token_abs_mean(adv, mask).item() == pytest.approx((2.0 + 0.5) / 2)
     assert first_token_abs_mean(adv, torch.zeros_like(mask)).item() == 0.0
+
+
+@pytest.mark.parametrize("poison", [999.0, float("nan")])
+def test_outcome_returns_discount_the_reward_back_over_valid_tokens_only(poison):
+    mask = torch.tensor([[0.0, 1.0, 0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
+    out = outcome_returns(torch.tensor([2.0, -1.0]), mask, gamma=0.5)
+    assert torch.allclose(out, torch.tensor([[0.0, 0.5, 0.0, 1.0, 2.0, 0.0], [-0.5, -1.0, 0.0, 0.0, 0.0, 0.0]]))
+    # a row's return does not depend on another row's reward (poison there changes nothing here)
+    other = outcome_returns(torch.tensor([2.0, poison]), mask, gamma=0.5)
+    assert torch.equal(other[0], out[0])

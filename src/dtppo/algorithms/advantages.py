@@ -1,4 +1,4 @@
-"""Value alignment, token-level rewards, GAE and advantage whitening.
+"""Value alignment, token-level rewards, GAE, its off-policy form V-trace, and advantage whitening.
 
 Conventions: ``values[b, t] = V(s_t)``, the value of the state *before* token t is emitted; the
 sequence reward lands on the last response token; masked positions inside a row are skipped as if absent.
@@ -6,9 +6,20 @@ sequence reward lands on the last response token; masked positions inside a row 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from dtppo.ops import masked_whiten, shift_right
+
+
+@dataclass(frozen=True)
+class VTraceCorrection:
+    """What ``compute_vtrace`` needs beyond GAE's inputs: log_rho [B, T] = log π − log μ per token, and the caps."""
+
+    log_rho: torch.Tensor
+    rho_cap: float
+    c_cap: float
 
 
 def right_shift_values(values: torch.Tensor, sequence_starts: torch.Tensor | None = None) -> torch.Tensor:
@@ -53,25 +64,71 @@ def compute_gae(
     """Generalised advantage estimation (Schulman et al. 2016, eq. 16) with carry-forward masking.
 
     token_rewards: [B, T]; values: [B, T] V(s_t); mask: [B, T] valid (response) positions;
-    lam: float or [B] per-sample λ. Returns (advantages [B, T], returns [B, T]), unwhitened, 0 where masked.
-    The last valid token does not bootstrap; masked positions leave the running state untouched.
+    lam: float or [B] per-sample λ. Returns (advantages [B, T], returns [B, T]), unwhitened, 0 where masked:
+
+        δ_t = r_t + γ·V_{t+1} − V_t,   A_t = δ_t + γ·λ·A_{t+1},   returns_t = A_t + V_t,
+
+    where V_{t+1} and A_{t+1} are the next valid token's (masked positions leave the running state untouched) and
+    the last valid token does not bootstrap. It is ``compute_vtrace`` with every ratio 1 (the tokens sampled by the
+    policy being trained), which takes exactly these products in this order.
+    """
+    return compute_vtrace(token_rewards, values, torch.zeros_like(values), mask, gamma, lam)
+
+
+def compute_vtrace(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    log_rho: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float,
+    lam: float | torch.Tensor,
+    rho_cap: float = 1.0,
+    c_cap: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace (Espeholt et al. 2018, eq. 1, with the λ of their Remark 2 in the traces): GAE for tokens sampled
+    from a behaviour policy μ while the targets are for the policy π being trained.
+
+    token_rewards: [B, T]; values: [B, T] V(s_t); log_rho: [B, T] per-token log π(x_t) − log μ(x_t) (any value off
+    the mask); mask: [B, T] valid (response) positions; lam: float or [B] per-sample λ; rho_cap ρ̄ and c_cap c̄
+    bound the ratios. Returns (advantages [B, T], returns [B, T]), unwhitened, 0 where masked, from
+
+        A_t = ρ_t·(r_t + γ·V_{t+1} − V_t) + γ·c_t·A_{t+1},
+        ρ_t = min(ρ̄, e^{log_rho_t}),  c_t = λ·min(c̄, e^{log_rho_t}),  returns_t = A_t + V_t (the target v_t).
+
+    Masking and bootstrapping are ``compute_gae``'s: the next valid token's V and A carry across masked positions
+    and the last valid token does not bootstrap. With log_rho = 0 (and caps >= 1) every number equals
+    ``compute_gae``'s exactly: ρ_t = 1, c_t = λ, and the products are taken in the same order.
     """
     batch, seq_len = values.shape
     lam_b = torch.as_tensor(lam, dtype=torch.float32, device=values.device).expand(batch)
     valid = mask.bool()
+    ratio = torch.exp(torch.where(valid, log_rho.float(), 0.0))
+    rho = torch.clamp(ratio, max=rho_cap)
+    c = lam_b[:, None] * torch.clamp(ratio, max=c_cap)
     next_value = torch.zeros(batch, dtype=torch.float32, device=values.device)
     last_adv = torch.zeros_like(next_value)
     advantages = torch.zeros(batch, seq_len, dtype=torch.float32, device=values.device)
+    # The trace of the next valid token: c at token t multiplies A_{t+1}, so it is read from t, not carried.
     for t in reversed(range(seq_len)):
         v_t = torch.where(valid[:, t], values[:, t].float(), 0.0)
         delta = token_rewards[:, t] + gamma * next_value - v_t
-        adv = delta + gamma * lam_b * last_adv
+        adv = rho[:, t] * delta + gamma * c[:, t] * last_adv
         next_value = torch.where(valid[:, t], v_t, next_value)
         last_adv = torch.where(valid[:, t], adv, last_adv)
         advantages[:, t] = last_adv
     advantages = torch.where(valid, advantages, 0.0)
     returns = torch.where(valid, advantages + values.float(), 0.0)
     return advantages, returns
+
+
+def outcome_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The sequence reward discounted back to each valid token: γ^(n−1−i)·r at the i-th of a row's n valid tokens
+    (masked positions skipped), the Monte-Carlo return the sampled response got. A yardstick for the critic that
+    does not depend on its targets (GAE's λ, V-trace's corrections, the KL in the reward).
+
+    rewards: [B]; mask: [B, T] -> [B, T] float32, 0 where masked."""
+    values = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    return compute_gae(token_level_rewards(rewards, mask), values, mask, gamma, 1.0)[1]
 
 
 def length_adaptive_lambda(response_lengths: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -95,15 +152,23 @@ def compute_advantages(
     lambda_policy: float | torch.Tensor,
     lambda_value: float | torch.Tensor,
     normalize: bool,
+    vtrace: VTraceCorrection | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoupled GAE: advantages from ``lambda_policy``, returns from ``lambda_value``; one pass when equal.
+    With ``vtrace``, both passes are ``compute_vtrace``'s instead.
 
     All tensors [B, T]; λs float or [B]. Returns (advantages, returns); advantages whitened when normalize.
     """
-    advantages, returns = compute_gae(token_rewards, values, mask, gamma, lambda_policy)
+
+    def estimate(lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if vtrace is None:
+            return compute_gae(token_rewards, values, mask, gamma, lam)
+        return compute_vtrace(token_rewards, values, vtrace.log_rho, mask, gamma, lam, vtrace.rho_cap, vtrace.c_cap)
+
+    advantages, returns = estimate(lambda_policy)
     same_lambda = isinstance(lambda_policy, float) and isinstance(lambda_value, float) and lambda_policy == lambda_value
     if not same_lambda:
-        _, returns = compute_gae(token_rewards, values, mask, gamma, lambda_value)
+        _, returns = estimate(lambda_value)
     if normalize:
         advantages = whiten(advantages, mask)
     return advantages, returns

@@ -15,6 +15,7 @@ from dtppo.config.training import TinyModelConfig
 def check(cfg: Config) -> None:
     """Every rule below; a GRPO run has no critic, so the value section's batches and layout are not checked."""
     _check_grpo(cfg)
+    _check_async(cfg)
     if cfg.policy.generation.backend == "vllm":
         _check_vllm(cfg)
     for section in ("policy", "value") if cfg.has_critic else ("policy",):
@@ -81,9 +82,36 @@ def _check_grpo(cfg: Config) -> None:
     )
 
 
+def _check_async(cfg: Config) -> None:
+    """Running ahead needs ranks to run on and a loss that knows the tokens came from an older policy; V-trace
+    corrects a critic's targets, so it needs one."""
+    lag = cfg.ppo.max_lag
+    require(
+        lag == 0 or cfg.cluster.generation_ranks >= 1,
+        "ppo.max_lag",
+        f"{lag} needs cluster.generation_ranks >= 1: generation runs ahead only on ranks of its own (with "
+        f"generation on the training ranks, each step waits for its own rollouts)",
+    )
+    require(
+        lag == 0 or cfg.loss.rollout_is is not None,
+        "loss.rollout_is",
+        f"must be token or sequence with ppo.max_lag={lag}: the tokens come from a policy up to {lag} steps older "
+        f"than the one the PPO ratio is taken against, and each token's loss needs the capped weight π_old/π_gen "
+        f"(the decoupled loss, docs/async.md)",
+    )
+    require(
+        cfg.value.target_correction == "none" or cfg.has_critic,
+        "value.target_correction",
+        f"{cfg.value.target_correction} corrects the critic's targets; ppo.advantage_estimator=grpo has no critic",
+    )
+
+
 def _check_vllm(cfg: Config) -> None:
     """What the vLLM backend supports: one whole-model engine per policy rank, built on every rank (its sampling
-    rules are ``GenerationConfig``'s, its installation ``dtppo.preflight``'s)."""
+    rules are ``GenerationConfig``'s, its installation ``dtppo.preflight``'s). On generation ranks the engines
+    live there, one per generation rank, and the training ranks' layout does not concern them."""
+    if cfg.cluster.generation_ranks > 0:
+        return
     key = "policy.generation.backend"
     require(
         cfg.policy.parallel.tp == 1,

@@ -107,29 +107,48 @@ class ClusterConfig:
     ray_timeout_s: float = 120.0
     """Waiting for resources and actors before giving up."""
     policy_ranks: int = 0
-    """0: policy and critic colocated on every rank. N: policy on ranks [0, N), critic on the other ranks,
-    so the two updates run at the same time on different devices."""
+    """0: policy and critic colocated on every training rank. N: policy on ranks [0, N), critic on the other
+    training ranks, so the two updates run at the same time on different devices."""
+    generation_ranks: int = 0
+    """0: the policy's own ranks generate the rollouts (between updates). G: the last G of the launched ranks only
+    generate, each with a whole copy of the policy refitted after every update, and the others only train; with
+    ``ppo.max_lag`` > 0 generation runs that many steps ahead of training (docs/async.md)."""
+    generation_timeout_s: float = 1800.0
+    """With generation ranks: how long one side waits for the other (a batch, the next weights) before the run
+    stops with an error. A generation rank that dies stops the run at once, whatever this says."""
 
     def __post_init__(self) -> None:
         at_least(self, 1, "num_nodes", "workers_per_node")
         require(self.ray_timeout_s > 0, "ray_timeout_s", "must be > 0")
+        require(self.generation_timeout_s > 0, "generation_timeout_s", "must be > 0")
         require(
-            self.colocated or 0 < self.policy_ranks < self.world_size,
+            0 <= self.generation_ranks < self.world_size,
+            "generation_ranks",
+            f"must be >= 0 and leave training at least one of the {self.world_size} ranks, got {self.generation_ranks}",
+        )
+        require(
+            self.colocated or 0 < self.policy_ranks < self.training_ranks,
             "policy_ranks",
-            f"must be 0 (colocated) or leave the critic at least one of the {self.world_size} ranks, got "
-            f"{self.policy_ranks}",
+            f"must be 0 (colocated) or leave the critic at least one of the {self.training_ranks} training ranks, "
+            f"got {self.policy_ranks}",
         )
 
     @property
     def world_size(self) -> int:
+        """Every launched rank: the training ranks, then the generation ranks."""
         return self.num_nodes * self.workers_per_node
+
+    @property
+    def training_ranks(self) -> int:
+        """The ranks that train (and, without generation ranks, also generate)."""
+        return self.world_size - self.generation_ranks
 
     @property
     def colocated(self) -> bool:
         return self.policy_ranks == 0
 
     def pool(self, role: Literal["policy", "value"]) -> range:
-        """The ranks that hold ``role``'s model."""
+        """The training ranks that hold ``role``'s model."""
         if self.colocated:
-            return range(self.world_size)
-        return range(self.policy_ranks) if role == "policy" else range(self.policy_ranks, self.world_size)
+            return range(self.training_ranks)
+        return range(self.policy_ranks) if role == "policy" else range(self.policy_ranks, self.training_ranks)

@@ -258,11 +258,22 @@ class ValueConfig:
     """As ``policy.activation_checkpointing``, for the critic's backbone."""
     cpu_offload: bool = False
     """As ``policy.cpu_offload``, for the critic's parameters, gradients and AdamW state."""
+    target_correction: Literal["none", "vtrace"] = "none"
+    """``none``: GAE on the sampled tokens, whatever policy sampled them. ``vtrace``: the critic's targets (and the
+    policy's advantages) are V-trace's (Espeholt et al. 2018), corrected per token by π_old/π_gen, the ratio of the
+    policy being trained to the one that generated the tokens (``ppo.max_lag`` steps older; docs/async.md)."""
+    vtrace_rho_cap: float = 1.0
+    """ρ̄ of ``vtrace``: each token's TD error is weighted by min(ρ̄, π_old/π_gen)."""
+    vtrace_c_cap: float = 1.0
+    """c̄ of ``vtrace``: the trace carried past each token is λ·min(c̄, π_old/π_gen)."""
 
     def __post_init__(self) -> None:
         at_least(self, 1, "train_global_batch_size", "train_micro_batch_size", "inference_batch_size")
         require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
         require(0.0 <= self.head_init_std < math.inf, "head_init_std", "must be finite and >= 0")
+        for name in ("vtrace_rho_cap", "vtrace_c_cap"):
+            value = getattr(self, name)
+            require(0.0 < value < math.inf, name, f"must be finite and > 0, got {value}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,6 +325,10 @@ class PPOConfig:
     """A sample whose multiplicative probability error ``mean_t exp(|log π_gen − log π_old|)`` exceeds this (>= 1)
     is left out of the advantages' normalisation and of both losses (NeMo-RL's key); null = none is (the
     errors are logged either way)."""
+    max_lag: int = 0
+    """Asynchronous PPO: the batch of step i is generated with the policy of step i − max_lag (of step 0 for the
+    first steps), by the generation ranks (``cluster.generation_ranks``) while the trainer trains on earlier
+    batches. 0: synchronous, each batch from the policy just updated (NeMo-RL's ``max_trajectory_age_steps``)."""
 
     def __post_init__(self) -> None:
         at_least(
@@ -328,6 +343,7 @@ class PPOConfig:
             "val_batch_size",
         )
         require(self.policy_training_start_step >= 0, "policy_training_start_step", "must be >= 0")
+        require(self.max_lag >= 0, "max_lag", f"must be >= 0 (0 = synchronous), got {self.max_lag}")
         require(
             self.max_consecutive_nonfinite_steps >= 0,
             "max_consecutive_nonfinite_steps",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
-from dtppo.config import TinyModelConfig
-from dtppo.models.loading import loading_from
+from dtppo.config import Config, TinyModelConfig
+from dtppo.models.loading import disable_dropout, loading_from
 
 
 def tiny_qwen2_config(tiny: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen2Config:
@@ -37,6 +37,21 @@ def build_causal_lm(
         config = tiny_qwen2_config(tiny, vocab_size, pad_id, eos_id)
         config._attn_implementation = "sdpa"
         return Qwen2ForCausalLM(config)
+
+
+def build_policy(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
+    """The policy's starting weights (``Config.policy_init_path`` or the seeded tiny model), dropout off: what the
+    policy worker trains and every generation rank starts from, the same on every rank."""
+    return disable_dropout(
+        build_causal_lm(
+            cfg.policy_init_path,
+            cfg.policy.model.tiny,
+            len(tokenizer),
+            tokenizer.pad_token_id,
+            tokenizer.eos_token_id,
+            cfg.ppo.seed,
+        )
+    )
 
 
 def stop_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:

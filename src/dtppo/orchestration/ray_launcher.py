@@ -2,7 +2,9 @@
 
 Ray wraps ranks, not workers: an actor is a whole SPMD rank (the plain ``RayRank`` class; ``ray.remote`` is
 applied here, where the actors are spawned), which then builds its policy and critic workers like a local rank.
-Ranks form the torch.distributed group over their node addresses (gloo on CPU, nccl on GPU).
+Ranks form the torch.distributed group over their node addresses (gloo on CPU, nccl on GPU). Generation ranks
+(``cluster.generation_ranks``) are an actor group of their own, in a placement group of their own, so a cluster
+can give them other nodes than the training ranks'.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dtppo.config import ClusterConfig
+from dtppo.faults import GenerationError
 
 
 class RankStopped(RuntimeError):
@@ -48,6 +51,7 @@ class RayRank:
         world_size: int,
         master: tuple[str, int],
         local_world_size: int,
+        generation_ranks: int,
     ) -> int:
         """The rank's exit code: 0, or the code of a deliberate stop (the actor itself stays up for the driver
         to kill, so a SystemExit must come back as a value, not end the actor)."""
@@ -64,7 +68,7 @@ class RayRank:
         if master[0].startswith("127."):
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         try:
-            _run_in_group(fn, args)
+            _run_in_group(fn, args, generation_ranks)
         except SystemExit as stop:
             return stop.code if isinstance(stop.code, int) else 1
         return 0
@@ -73,11 +77,11 @@ class RayRank:
 class RayLauncher:
     """Attach to ``cluster.ray_address`` (or RAY_ADDRESS), else start a local Ray instance for this run."""
 
-    def __init__(self, cluster: ClusterConfig, world_size: int, temp_dir: str | Path):
+    def __init__(self, cluster: ClusterConfig, temp_dir: str | Path):
         import ray
-        from ray.util.placement_group import placement_group
 
-        self.world_size = world_size
+        self.world_size = world_size = cluster.world_size
+        self.generation_ranks = cluster.generation_ranks
         address = cluster.ray_address or os.environ.get("RAY_ADDRESS")
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
@@ -100,23 +104,34 @@ class RayLauncher:
                 )
             else:
                 ray.init(address=address, log_to_driver=True)
+        self.placement_groups, self.actors = [], []
+        for size in (cluster.training_ranks, cluster.generation_ranks):  # the training group, the generation group
+            if size:
+                self.actors += self._actor_group(size, cluster)
+        self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=cluster.ray_timeout_s)
+
+    def _actor_group(self, size: int, cluster: ClusterConfig) -> list:
+        """``size`` rank actors, one per bundle of a placement group of their own."""
+        import ray
+        from ray.util.placement_group import placement_group
+
         gpu = bool(ray.cluster_resources().get("GPU"))
         bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
-        self.placement_group = placement_group([bundle] * world_size, strategy=cluster.ray_placement.upper())
-        ray.get(self.placement_group.ready(), timeout=cluster.ray_timeout_s)
+        group = placement_group([bundle] * size, strategy=cluster.ray_placement.upper())
+        ray.get(group.ready(), timeout=cluster.ray_timeout_s)
+        self.placement_groups.append(group)
         remote = ray.remote(RayRank)
-        self.actors = [
+        return [
             remote.options(
                 num_cpus=1,
                 num_gpus=1 if gpu else 0,
                 name=None,
                 scheduling_strategy=ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
-                    placement_group=self.placement_group, placement_group_bundle_index=i
+                    placement_group=group, placement_group_bundle_index=i
                 ),
             ).remote()
-            for i in range(world_size)
+            for i in range(size)
         ]
-        self.addresses = ray.get([a.address.remote() for a in self.actors], timeout=cluster.ray_timeout_s)
 
     def run(self, fn: Callable[..., None], *args) -> None:
         import ray
@@ -126,7 +141,9 @@ class RayLauncher:
         if all(ip == ray.util.get_node_ip_address() for ip, _, _ in self.addresses):
             master = ("127.0.0.1", master[1])  # every rank on this host: keep the group on loopback
         refs = [
-            actor.run.remote(fn, args, rank, self.world_size, master, per_node[self.addresses[rank][2]])
+            actor.run.remote(
+                fn, args, rank, self.world_size, master, per_node[self.addresses[rank][2]], self.generation_ranks
+            )
             for rank, actor in enumerate(self.actors)
         ]
         pending = dict(zip(refs, range(self.world_size)))
@@ -138,10 +155,13 @@ class RayLauncher:
                     code = ray.get(ref)
                 except Exception as err:  # an actor died or raised: stop the whole run now, naming it
                     self.shutdown()
-                    raise RuntimeError(
-                        f"rank {rank} (Ray actor on {self.addresses[rank][0]}) failed: "
+                    first_generation = self.world_size - self.generation_ranks
+                    side = f"generation rank {rank - first_generation}, " if rank >= first_generation else ""
+                    message = (
+                        f"rank {rank} ({side}Ray actor on {self.addresses[rank][0]}) failed: "
                         f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                    ) from None
+                    )
+                    raise (GenerationError(message) if side else RuntimeError(message)) from None
                 if code != 0:
                     self.shutdown()
                     raise RankStopped(rank, code)
@@ -158,7 +178,8 @@ class RayLauncher:
             return
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
-        remove_placement_group(self.placement_group)
+        for group in self.placement_groups:
+            remove_placement_group(group)
         time.sleep(0.1)
         if self._started_ray:
             ray.shutdown()

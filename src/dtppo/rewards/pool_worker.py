@@ -19,12 +19,9 @@ def serve(conn, specs: list[str]) -> None:
     except Exception as err:  # the parent loaded them first, so only a file changed since fails here
         functions, failure = None, str(err)
     gsm8k_reward("\\boxed{\\frac{1}{2}}", "0.5")
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):
-            return
-        if job is None:
-            return
-        conn.send(("scores", score_job(functions, job) if functions is not None else ("error", failure)))
+    try:
+        conn.send(("ready", os.getpid()))
+        while (job := conn.recv()) is not None:
+            conn.send(("scores", score_job(functions, job) if functions is not None else ("error", failure)))
+    except (EOFError, OSError):  # the parent is gone (its run stopped): nothing is left to answer
+        return

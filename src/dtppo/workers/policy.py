@@ -5,17 +5,17 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
 from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import gen_logprob_error
-from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
-from dtppo.models.loading import disable_dropout
+from dtppo.models.causal_lm import build_policy, stop_token_ids
 from dtppo.models.logprobs import token_logprobs
 from dtppo.packing import pack_rows
-from dtppo.rollout.generator import build_generator
+from dtppo.rollout.generator import Generator, build_generator
 from dtppo.rollout.sampler import SamplingParams
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
@@ -35,31 +35,24 @@ class PolicyWorker(Worker):
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
         self.layout = layout or RankLayout(cfg.policy.parallel)
-        full = disable_dropout(
-            build_causal_lm(
-                cfg.policy_init_path,
-                cfg.policy.model.tiny,
-                len(tokenizer),
-                tokenizer.pad_token_id,
-                tokenizer.eos_token_id,
-                cfg.ppo.seed,
-            )
-        )
+        full = build_policy(cfg, tokenizer)
         # Copies are taken on the CPU, before the policy is wrapped: one device copy each.
-        self.stop_ids = stop_token_ids(full, tokenizer)
         section = cfg.policy
-        self.generator = build_generator(
-            section.generation,
-            full,
-            self.stop_ids,
-            tokenizer.pad_token_id,
-            max_prompt_tokens=cfg.data.max_prompt_tokens,
-            seed=cfg.ppo.seed,
-            device=self.layout.device,
-            replica=self.layout.replica if self.layout.sharded else None,
-        )
-        if is_main_rank():
-            print(f"generation: {self.generator.describe()}", flush=True)
+        # With generation ranks the policy is sampled there (rollout.remote), from weights this worker sends.
+        self.generator: Generator | None = None
+        if cfg.cluster.generation_ranks == 0:
+            self.generator = build_generator(
+                section.generation,
+                full,
+                stop_token_ids(full, tokenizer),
+                tokenizer.pad_token_id,
+                max_prompt_tokens=cfg.data.max_prompt_tokens,
+                seed=cfg.ppo.seed,
+                device=self.layout.device,
+                replica=self.layout.replica if self.layout.sharded else None,
+            )
+            if is_main_rank():
+                print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
         if cfg.loss.kl_coef > 0.0:
             # Offloaded with the policy when it is: a frozen model's parameters are all the memory it has.
@@ -77,8 +70,14 @@ class PolicyWorker(Worker):
         self.generator.finish()
 
     def refit(self, version: int) -> None:
-        """Give the generator the weights just trained, policy version ``version`` (collective when sharded)."""
-        self.generator.refit(self.model, version)
+        """Give the generator the weights just trained, policy version ``version`` (collective when sharded);
+        nothing when it holds that version already."""
+        if self.generator.version != version:
+            self.generator.refit(self.model, version)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole policy's weights, on every policy rank (collective when sharded): what generation ranks get."""
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
 
     def close(self) -> None:
         self.generator.close()

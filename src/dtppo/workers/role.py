@@ -108,6 +108,10 @@ class PolicyRole(Role[PolicyWorker]):
         """Give the generator the weights just trained (policy version ``version``), on the policy's ranks."""
         self._local(lambda p: p.refit(version))
 
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The whole policy's weights on the policy's ranks (a collective there), None elsewhere."""
+        return self._local(lambda p: p.full_state_dict())
+
     def close(self) -> None:
         """End of the run: release the generator's resources (the vLLM engine's process groups)."""
         self._local(lambda p: p.close())

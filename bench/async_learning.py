@@ -1,0 +1,192 @@
+"""The critic under lag (docs/learning.md, "Issue 31"): ppo.max_lag k ∈ {0, 1, 2, 4} x value.target_correction
+∈ {none, vtrace} on the mixed recipe, from several SFT models, on one training rank and one generation rank.
+
+    python bench/async_learning.py [--sft-seeds 0 1 2] [--lags 0 1 2 4] [--jobs 2] [--out FILE.json]
+
+Each SFT model is trained once (to its plateau, then its careless stage); every arm runs PPO seed 0 from each.
+Runs are deterministic whatever the timing (a batch's tokens depend on its prompts and its policy version only),
+so ``--jobs`` runs go side by side without changing any number. Per run: best validation accuracy, the critic's
+explained variance and loss, means of the last half of the steps, and its explained variance against the outcome
+returns (the same yardstick whatever its targets: V-trace's bootstrap toward V raises the first, not this). Per
+arm: mean and 95 % t-interval over SFT models; paired by SFT model: each lag against k = 0 without correction, and
+V-trace against none at each lag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from critic import mean_ci95, sft_figures, summarise  # noqa: E402
+from dtppo.logging import read_metrics  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = "recipes/tiny-math-mixed-cpu.yaml"
+LAYOUT = ["cluster.workers_per_node=2", "cluster.generation_ranks=1", "loss.rollout_is=token"]
+COMMON = ["checkpointing.enabled=false", "logger.tensorboard=false", "logger.progress=false", "ppo.seed=0"]
+METRICS = [
+    "accuracy_best",
+    "accuracy_final",
+    "explained_var_last_half_mean",
+    "critic_loss_last_half_mean",
+    "outcome_explained_var_last_half_mean",
+]
+
+
+BELOW_FLOOR = 5  # dtppo sft's exit code for a model below sft.min_accuracy
+
+
+def run(argv: list[str], log: Path, allowed: tuple[int, ...] = (0,)) -> int:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    with log.open("w") as out:
+        proc = subprocess.run([sys.executable, "-m", "dtppo", *argv], cwd=REPO, env=env, stdout=out, stderr=out)
+    if proc.returncode not in allowed:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}, see {log}")
+    return proc.returncode
+
+
+def train_sft(root: Path, seed: int) -> int:
+    """SFT model ``seed`` (trained once; its exit code, 0 or below-floor, is kept beside it for later runs)."""
+    marker = REPO / root / f"sft{seed}.exit_code"
+    if not marker.is_file():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        code = run(["sft", RECIPE, *COMMON, *sft_args(root, seed)], marker.with_suffix(".log"), (0, BELOW_FLOOR))
+        marker.write_text(str(code))
+    return int(marker.read_text())
+
+
+def sft_args(root: Path, seed: int) -> list[str]:
+    return [f"sft.seed={seed}", f"sft.output_dir={root / 'sft' / f'seed{seed}'}"]
+
+
+def arm_name(lag: int, correction: str) -> str:
+    return f"k{lag}-{correction}"
+
+
+def ppo_run(root: Path, sft_seed: int, lag: int, correction: str) -> dict:
+    log_dir = root / "ppo" / f"{arm_name(lag, correction)}_sft{sft_seed}"
+    argv = [
+        "ppo",
+        RECIPE,
+        *COMMON,
+        *LAYOUT,
+        *sft_args(root, sft_seed),
+        f"ppo.max_lag={lag}",
+        f"value.target_correction={correction}",
+        f"logger.log_dir={log_dir}",
+    ]
+    records = read_metrics(REPO / log_dir, missing_ok=True)
+    if not any(r["step"] == 40 for r in records):
+        (REPO / log_dir).mkdir(parents=True, exist_ok=True)
+        run(argv, REPO / log_dir / "run.log")
+        records = read_metrics(REPO / log_dir)
+    result = summarise(records, policy_start_step=10)
+    for metric, name in [("loss", "critic_loss"), ("explained_var_outcome", "outcome_explained_var")]:
+        late = [r[f"train/critic/{metric}"] for r in records if f"train/critic/{metric}" in r and r["step"] > 20]
+        result[f"{name}_last_half_mean"] = statistics.fmean(late)
+    return {
+        "arm": arm_name(lag, correction),
+        "lag": lag,
+        "target_correction": correction,
+        "sft_seed": sft_seed,
+        "command": "python -m dtppo " + " ".join(argv),
+        "result": result,
+        "staleness_max": max(r.get("train/staleness/max", 0.0) for r in records),
+    }
+
+
+def units(runs: list[dict], arm: str, metric: str) -> dict[int, float]:
+    return {r["sft_seed"]: r["result"][metric] for r in runs if r["arm"] == arm}
+
+
+def paired(runs: list[dict], first: str, second: str, metric: str) -> dict:
+    a, b = units(runs, first, metric), units(runs, second, metric)
+    return mean_ci95([a[k] - b[k] for k in sorted(a.keys() & b.keys())])
+
+
+def report(runs: list[dict], lags: list[int]) -> dict:
+    arms = [arm_name(k, c) for k in lags for c in ("none", "vtrace")]
+    per_arm = {arm: {m: mean_ci95(list(units(runs, arm, m).values())) for m in METRICS} for arm in arms}
+    degradation = {
+        f"{arm_name(k, 'none')} - {arm_name(0, 'none')}": {
+            m: paired(runs, arm_name(k, "none"), arm_name(0, "none"), m) for m in METRICS
+        }
+        for k in lags
+        if k
+    }
+    recovery = {
+        f"{arm_name(k, 'vtrace')} - {arm_name(k, 'none')}": {
+            m: paired(runs, arm_name(k, "vtrace"), arm_name(k, "none"), m) for m in METRICS
+        }
+        for k in lags
+    }
+    return {"per_arm": per_arm, "degradation": degradation, "recovery": recovery}
+
+
+def cell(s: dict) -> str:
+    if s["ci95_low"] is None:
+        return f"{s['mean']:.3f}"
+    return f"{s['mean']:+.3f} [{s['ci95_low']:+.3f}, {s['ci95_high']:+.3f}]"
+
+
+def print_report(summary: dict) -> None:
+    print(f"\n{'arm':<12}" + "".join(f"{m:>34}" for m in METRICS))
+    for arm, figures in summary["per_arm"].items():
+        print(f"{arm:<12}" + "".join(f"{cell(figures[m]):>34}" for m in METRICS))
+    for title in ("degradation", "recovery"):
+        print(f"\n{title} (paired by SFT model; * = the 95 % interval excludes 0)")
+        for name, figures in summary[title].items():
+            marks = [
+                "*" if s["ci95_low"] is not None and (s["ci95_low"] > 0 or s["ci95_high"] < 0) else " "
+                for s in figures.values()
+            ]
+            print(f"{name:<22}" + "".join(f"{cell(s) + m:>35}" for s, m in zip(figures.values(), marks)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2, 4])
+    parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each: 2 processes of 1 thread)")
+    parser.add_argument("--root", type=Path, default=Path("runs") / "async_learning")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "async_learning.json")
+    args = parser.parse_args()
+    if 0 not in args.lags:
+        raise SystemExit("--lags must include 0 (the reference arm)")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        sft = {seed: pool.submit(train_sft, args.root, seed) for seed in args.sft_seeds}
+        seeds = [seed for seed, job in sft.items() if job.result() == 0]
+        for seed in sorted(set(args.sft_seeds) - set(seeds)):
+            print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")
+        jobs = [
+            pool.submit(ppo_run, args.root, seed, lag, correction)
+            for seed in seeds
+            for lag in args.lags
+            for correction in ("none", "vtrace")
+        ]
+        runs = []
+        for job in jobs:
+            runs.append(job.result())
+            done = runs[-1]
+            print(
+                f"{done['arm']:<10} sft {done['sft_seed']}: best {done['result']['accuracy_best']:.3f}, EV "
+                f"{done['result']['explained_var_last_half_mean']:.3f}",
+                flush=True,
+            )
+    models = {seed: sft_figures(str(args.root / "sft" / f"seed{seed}")) for seed in args.sft_seeds}
+    summary = report(runs, args.lags)
+    print_report(summary)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"sft_models": models, "summary": summary, "runs": runs}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
