@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from critic import mean_ci95, sft_figures, summarise  # noqa: E402
+from critic import ci_cell, mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
 from dtppo.logging import read_metrics  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,52 +102,33 @@ def ppo_run(root: Path, sft_seed: int, lag: int, correction: str) -> dict:
     }
 
 
-def units(runs: list[dict], arm: str, metric: str) -> dict[int, float]:
-    return {r["sft_seed"]: r["result"][metric] for r in runs if r["arm"] == arm}
-
-
-def paired(runs: list[dict], first: str, second: str, metric: str) -> dict:
-    a, b = units(runs, first, metric), units(runs, second, metric)
-    return mean_ci95([a[k] - b[k] for k in sorted(a.keys() & b.keys())])
-
-
 def report(runs: list[dict], lags: list[int]) -> dict:
     arms = [arm_name(k, c) for k in lags for c in ("none", "vtrace")]
-    per_arm = {arm: {m: mean_ci95(list(units(runs, arm, m).values())) for m in METRICS} for arm in arms}
+    per_arm = {arm: {m: mean_ci95(list(per_sft_model(runs, arm, m).values())) for m in METRICS} for arm in arms}
     degradation = {
         f"{arm_name(k, 'none')} - {arm_name(0, 'none')}": {
-            m: paired(runs, arm_name(k, "none"), arm_name(0, "none"), m) for m in METRICS
+            m: paired_ci95(runs, arm_name(k, "none"), arm_name(0, "none"), m) for m in METRICS
         }
         for k in lags
         if k
     }
     recovery = {
         f"{arm_name(k, 'vtrace')} - {arm_name(k, 'none')}": {
-            m: paired(runs, arm_name(k, "vtrace"), arm_name(k, "none"), m) for m in METRICS
+            m: paired_ci95(runs, arm_name(k, "vtrace"), arm_name(k, "none"), m) for m in METRICS
         }
         for k in lags
     }
     return {"per_arm": per_arm, "degradation": degradation, "recovery": recovery}
 
 
-def cell(s: dict) -> str:
-    if s["ci95_low"] is None:
-        return f"{s['mean']:.3f}"
-    return f"{s['mean']:+.3f} [{s['ci95_low']:+.3f}, {s['ci95_high']:+.3f}]"
-
-
 def print_report(summary: dict) -> None:
     print(f"\n{'arm':<12}" + "".join(f"{m:>34}" for m in METRICS))
     for arm, figures in summary["per_arm"].items():
-        print(f"{arm:<12}" + "".join(f"{cell(figures[m]):>34}" for m in METRICS))
+        print(f"{arm:<12}" + "".join(f"{ci_cell(figures[m]):>34}" for m in METRICS))
     for title in ("degradation", "recovery"):
         print(f"\n{title} (paired by SFT model; * = the 95 % interval excludes 0)")
         for name, figures in summary[title].items():
-            marks = [
-                "*" if s["ci95_low"] is not None and (s["ci95_low"] > 0 or s["ci95_high"] < 0) else " "
-                for s in figures.values()
-            ]
-            print(f"{name:<22}" + "".join(f"{cell(s) + m:>35}" for s, m in zip(figures.values(), marks)))
+            print(f"{name:<22}" + "".join(f"{ci_cell(s, True):>35}" for s in figures.values()))
 
 
 def main() -> None:

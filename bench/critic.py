@@ -147,6 +147,25 @@ def mean_ci95(values: list[float]) -> dict:
     return {"n": n, "mean": mean, "ci95_low": mean - half, "ci95_high": mean + half}
 
 
+def per_sft_model(runs: list[dict], arm: str, metric: str) -> dict[int, float]:
+    """``metric`` of each run of ``arm``, by its SFT model (runs: dicts with ``arm``, ``sft_seed``, ``result``)."""
+    return {r["sft_seed"]: r["result"][metric] for r in runs if r["arm"] == arm}
+
+
+def paired_ci95(runs: list[dict], first: str, second: str, metric: str) -> dict:
+    """Mean and 95 % t-interval of ``first`` − ``second`` in ``metric``, paired by SFT model."""
+    a, b = per_sft_model(runs, first, metric), per_sft_model(runs, second, metric)
+    return mean_ci95([a[k] - b[k] for k in sorted(a.keys() & b.keys())])
+
+
+def ci_cell(s: dict, excludes_zero_mark: bool = False) -> str:
+    """``mean [low, high]`` of a ``mean_ci95`` result; with the mark, ``*`` when the interval excludes 0."""
+    if s["ci95_low"] is None:
+        return f"{s['mean']:.3f}"
+    mark = "*" if excludes_zero_mark and (s["ci95_low"] > 0 or s["ci95_high"] < 0) else " " * excludes_zero_mark
+    return f"{s['mean']:+.3f} [{s['ci95_low']:+.3f}, {s['ci95_high']:+.3f}]{mark}"
+
+
 def summarise(records: list[dict], policy_start_step: int) -> dict:
     """One run's figures from its metrics.jsonl records (see the module docstring)."""
     accuracy = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]

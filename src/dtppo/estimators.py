@@ -41,15 +41,18 @@ class GAEEstimator:
     kl_in_reward_coef: float  # 0: no KL term in the reward
     kl_estimator: str
     vtrace_caps: tuple[float, float] | None = None
+    per_turn: bool = False  # ppo.gae_unit = turn: one GAE step per assistant turn of an episode
 
     def __call__(self, experience: Experience) -> Experience:
         """Needs ``rewards`` [B], ``old_values`` [B, T] (and ``old_logprobs``/``ref_logprobs`` [B, T] for the KL;
-        ``old_logprobs``/``gen_logprobs`` for V-trace)."""
+        ``old_logprobs``/``gen_logprobs`` for V-trace). An episode's turn rewards join the final answer's."""
         mask = experience.train_mask
         kl = None
         if self.kl_in_reward_coef > 0.0:
             kl = kl_estimate(self.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
         token_rewards = token_level_rewards(experience.rewards, mask, kl, self.kl_in_reward_coef)
+        if experience.turn_rewards is not None:
+            token_rewards = token_rewards + experience.turn_rewards * mask
         lambda_policy: float | torch.Tensor = self.lambda_policy
         if self.length_adaptive_alpha > 0.0:
             lambda_policy = length_adaptive_lambda(mask.sum(-1), self.length_adaptive_alpha)
@@ -66,6 +69,7 @@ class GAEEstimator:
             self.lambda_value,
             self.normalize,
             vtrace,
+            experience.turn_ids if self.per_turn else None,
         )
         return experience.replace(advantages=advantages, returns=returns)
 
@@ -77,9 +81,10 @@ class GRPOEstimator:
     group_size: int
 
     def __call__(self, experience: Experience) -> Experience:
-        """Needs ``rewards`` [B], B a multiple of ``group_size`` with a prompt's samples adjacent."""
+        """Needs ``rewards`` [B], B a multiple of ``group_size`` with a prompt's samples adjacent; an episode's
+        return is its final answer's reward plus its turns'."""
         advantages = group_normalized_advantages(
-            experience.rewards, experience.train_mask, self.group_size, sample_mask=experience.sample_mask
+            experience.episode_returns, experience.train_mask, self.group_size, sample_mask=experience.sample_mask
         )
         return experience.replace(advantages=advantages)
 
@@ -99,4 +104,5 @@ def build_estimator(cfg: Config) -> Estimator:
         kl_coef,
         loss.kl_estimator,
         (cfg.value.vtrace_rho_cap, cfg.value.vtrace_c_cap) if cfg.value.target_correction == "vtrace" else None,
+        per_turn=ppo.gae_unit == "turn",
     )

@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerBase
 from dtppo.config import TASK_VERIFIERS, Config
 from dtppo.data.loader import encode_prompts
 from dtppo.data.problem import Problem, Prompt
+from dtppo.envs.interface import episode_row
 from dtppo.rewards.functions import reward_function
 from dtppo.rollout.generator import Generator
 from dtppo.rollout.sampler import SamplingParams, stream_key
@@ -38,8 +39,11 @@ class EvalResult:
 
 
 def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience) -> list[str]:
-    """The generated text of each row (response tokens only, special tokens dropped)."""
+    """The generated text of each row (response tokens only, special tokens dropped): in a multi-turn episode, its
+    last assistant turn's (the final answer, what the reward functions score)."""
     mask = experience.response_mask.bool()
+    if experience.turn_ids is not None:
+        mask &= experience.turn_ids == experience.turn_ids.max(-1, keepdim=True).values
     return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(experience.input_ids, mask)]
 
 
@@ -47,7 +51,12 @@ class Sampler(Protocol):
     """What validation needs of a generator: ``Generator.sample`` (the generation ranks' client has it too)."""
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience: ...
 
 
@@ -62,9 +71,8 @@ def sample_responses(
     for start in range(0, len(problems), cfg.ppo.val_batch_size):
         batch = problems[start : start + cfg.ppo.val_batch_size]
         prompts = encode_prompts(tokenizer, batch, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
-        experience = generator.sample(
-            prompts, params, stream_key(cfg.ppo.seed, step, stream=1), torch.arange(start, start + len(batch))
-        )
+        key, ids = stream_key(cfg.ppo.seed, step, stream=1), torch.arange(start, start + len(batch))
+        experience = generator.sample(prompts, params, key, ids, [episode_row(p) for p in batch])
         texts += decode_responses(tokenizer, experience)
         lengths += experience.response_mask.sum(-1).tolist()
     return Responses(texts, lengths)

@@ -17,19 +17,25 @@ They are read when used and do nothing when unset (the normal case):
 - ``DTPPO_TEST_GEN_LOGPROB_ERROR=DELTA``: the log-probs the generator recorded for training sample i are
   lowered by ``DELTA·(i mod 3)`` on every response token, as a generator whose numerics differ from the
   trainer's would report them (π_old/π_gen = exp(DELTA·(i mod 3)) per token): the mismatch correction's test.
+- ``DTPPO_TEST_OBSERVATIONS_AS_ACTIONS=1``: episodes' observation tokens are marked as the policy's own
+  (``response_mask`` 1, generation log-prob 0), so they are trained on and valued as actions, the masking bug
+  peers had: the multi-turn experiment's ablation (docs/learning.md, "Issue 32").
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # scoring and environment processes import this module; they must not load torch (seconds, MiBs)
+    import torch
 
 NONFINITE_ENV = "DTPPO_TEST_NONFINITE"
 PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
 VALUE_GRAD_ENV = "DTPPO_TEST_VALUE_GRAD"
 GEN_LOGPROB_ERROR_ENV = "DTPPO_TEST_GEN_LOGPROB_ERROR"
+OBSERVATIONS_AS_ACTIONS_ENV = "DTPPO_TEST_OBSERVATIONS_AS_ACTIONS"
 _VALUE_GRAD_SCALES = {"": 1.0, "off": 0.0, "flip": -1.0}
 
 
@@ -102,4 +108,11 @@ def gen_logprob_error(num_samples: int) -> torch.Tensor | None:
     spec = os.environ.get(GEN_LOGPROB_ERROR_ENV, "").strip()
     if not spec:
         return None
+    import torch
+
     return float(spec) * (torch.arange(num_samples) % 3).float()
+
+
+def observations_as_actions() -> bool:
+    """Whether ``DTPPO_TEST_OBSERVATIONS_AS_ACTIONS`` asks episodes to mark observation tokens as actions."""
+    return os.environ.get(OBSERVATIONS_AS_ACTIONS_ENV, "").strip() == "1"

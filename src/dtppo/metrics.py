@@ -12,6 +12,7 @@ import math
 import torch
 
 from dtppo.distributed.comm import all_reduce
+from dtppo.types import EPISODE_ENDS, Experience
 
 
 def reduce_stats(stats: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -67,3 +68,29 @@ def to_floats(metrics: dict[str, torch.Tensor | float]) -> dict[str, float]:
     return {
         k: (-1.0 if math.isinf(v) and (k.endswith("_min") or k.endswith("_max")) else v) for k, v in zip(keys, values)
     }
+
+
+def episode_metrics(experience: Experience) -> dict[str, torch.Tensor]:
+    """Multi-turn episodes' figures (``train/episodes/*``), means per episode: assistant turns, tool calls (turns
+    the environment answered with a non-empty observation), observation tokens, the environment's reward, and the
+    share of episodes that ended each way (``types.EPISODE_ENDS``). Empty for single-turn rollouts."""
+    if experience.turn_ids is None:
+        return {}
+    in_episode = experience.attention_mask.bool() & (experience.turn_ids > 0)
+    observation = in_episode & ~experience.response_mask.bool()
+    turns = experience.turn_ids.max(-1).values.float()
+    metrics = {
+        "train/episodes/turns": turns.mean(),
+        "train/episodes/tool_calls": _observation_runs(observation).float().mean(),
+        "train/episodes/observation_tokens": observation.sum(-1).float().mean(),
+        "train/reward/env": experience.turn_rewards.sum(-1).mean(),
+    }
+    for code, end in enumerate(EPISODE_ENDS):
+        metrics[f"train/episodes/ended_by/{end}"] = (experience.episode_end == code).float().mean()
+    return metrics
+
+
+def _observation_runs(observation: torch.Tensor) -> torch.Tensor:
+    """[B] the number of contiguous runs of True in each row of ``observation`` [B, T] (one per observation)."""
+    previous = torch.cat([torch.zeros_like(observation[:, :1]), observation[:, :-1]], dim=1)
+    return (observation & ~previous).sum(-1)

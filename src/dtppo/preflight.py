@@ -20,6 +20,7 @@ from typing import Literal
 from dtppo.config import Config, ConfigError, DatasetConfig
 from dtppo.config.rules import require
 from dtppo.distributed.launch import under_torchrun
+from dtppo.envs.interface import EnvironmentFailure, load_environment
 from dtppo.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function
 
@@ -53,6 +54,7 @@ def _check_inputs_exist(cfg: Config) -> None:
         for key, dataset in [("data.train", cfg.data.train), ("data.validation", cfg.data.validation)]:
             _check_dataset(key, dataset)
     _check_reward_functions_load(cfg)
+    _check_environment_builds(cfg)
     for key, path in [
         ("policy.model.path", cfg.policy.model.path),
         ("value.model.path", cfg.value.model.path),
@@ -78,6 +80,15 @@ def _check_reward_functions_load(cfg: Config) -> None:
             reward_function(spec)
         except RewardFunctionError as err:
             raise ConfigError(f"reward.functions[{i}]: {err}") from None
+
+
+def _check_environment_builds(cfg: Config) -> None:
+    """The environment class imports and builds with ``env.kwargs`` (the user's code, run as the recipe asks)."""
+    if cfg.env.multi_turn:
+        try:
+            load_environment(cfg.env.class_, dict(cfg.env.kwargs))
+        except EnvironmentFailure as err:
+            raise ConfigError(f"env.class: {err}") from None
 
 
 def _dataset_kind(path: str) -> Literal["jsonl", "disk", "hub"] | None:

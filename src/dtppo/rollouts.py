@@ -19,6 +19,7 @@ from dtppo.config import Config
 from dtppo.data.loader import PromptLoader, encode_prompts
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import broadcast_object, is_main_rank
+from dtppo.envs.interface import episode_row
 from dtppo.evaluation import Responses, sample_responses
 from dtppo.faults import CheckpointError, GenerationError, InputError
 from dtppo.rollout.remote import GenerationClient, RemoteBatch, connect_client, flatten_weights, weight_names
@@ -102,7 +103,8 @@ class LocalRollouts:
         problems, prompts = self.prompts.pop(step)
         key, sample_ids = stream_key(self.cfg.ppo.seed, step), torch.arange(len(prompts))
         with self.policy.generation():
-            experience = self.policy.generate(prompts, rollout_params(self.cfg), key, sample_ids)
+            rows = [episode_row(p) for p in problems]
+            experience = self.policy.generate(prompts, rollout_params(self.cfg), key, sample_ids, rows)
         return Rollout(problems, experience, 0, {})
 
     def publish(self, version: int, updated: bool) -> None:

@@ -22,6 +22,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import Config, SchedulerConfig
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.envs.client import EnvClient
+from dtppo.envs.transcripts import transcript_episodes
 from dtppo.evaluation import evaluate
 from dtppo.faults import BelowFloorError, InputError
 from dtppo.logging import MetricsLogger
@@ -29,16 +31,21 @@ from dtppo.metrics import to_floats
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import logprobs_from_logits, masked_sum
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.types import Experience, build_response_mask
+from dtppo.rollout.episodes import EpisodeGenerator
+from dtppo.rollout.generator import Generator, TorchGenerator
+from dtppo.types import Experience, build_episode_rows, build_response_mask
 from dtppo.workers.engine import TrainEngine
 
 RESULTS_FILE = "sft_results.json"
 
 
-def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config) -> Experience:
-    """Right-padded ``[prompt | solution EOS | pad]`` rows with the solution as the response."""
+def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config, env: EnvClient | None = None) -> Experience:
+    """Right-padded ``[prompt | solution EOS | pad]`` rows with the solution as the response; with an environment,
+    the solution is a transcript and only its assistant turns are the response (``envs.transcripts``)."""
     prompts = encode_prompts(tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    if env is not None:
+        episodes = transcript_episodes(tokenizer, env, cfg.env.stop, problems, list(range(len(problems))))
+        return build_episode_rows(prompts, episodes, [0] * len(problems), tokenizer.pad_token_id)
     answers = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
     rows = [p + a + [tokenizer.eos_token_id] for p, a in zip(prompts, answers)]
     width = max(len(r) for r in rows)
@@ -78,13 +85,14 @@ def _train_stage(
     logger: MetricsLogger,
     first_step: int,
     plateau: Plateau | None = None,
+    env: EnvClient | None = None,
 ) -> int:
     """Train up to ``num_steps`` steps; with a ``plateau``, validate every ``sft.val_period`` steps and stop at
     its plateau. Returns the last step trained."""
     loss_fn = nll_loss_fn(model)
     step = first_step
     for i in range(num_steps):
-        batch = sft_batch(tokenizer, loader.next_batch(cfg.sft.batch_size), cfg)
+        batch = sft_batch(tokenizer, loader.next_batch(cfg.sft.batch_size), cfg, env)
         trained = to_floats(engine.train(batch, loss_fn, cfg.sft.batch_size, cfg.sft.batch_size))
         metrics = {f"sft/{k}": v for k, v in trained.items()}
         step = first_step + i + 1
@@ -154,10 +162,30 @@ def run_sft(cfg: Config) -> dict[str, float]:
     )
     start = time.perf_counter()
     source, validation = build_sources(cfg, tokenizer=tokenizer)
-    # Validation samples the model being trained (no copy), with the recipe's torch decoder.
-    generator = TorchGenerator(
+    # Validation samples the model being trained (no copy), with the recipe's torch decoder; episodes with the
+    # environment that also splits the transcripts SFT trains on.
+    generator: Generator = TorchGenerator(
         model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, cfg.policy.generation.decoder
     )
+    env = EnvClient(cfg.env) if cfg.env.multi_turn else None
+    if env is not None:
+        generator = EpisodeGenerator(generator, env, tokenizer, cfg.env)
+    try:
+        results, step = _run_stages(cfg, model, tokenizer, generator, source, validation, logger, env)
+    finally:
+        generator.close()
+    results["sft/seconds"] = time.perf_counter() - start
+    logger.log(step, results)
+    logger.close()
+    _save_atomic(model, tokenizer, out_dir, results)
+    return results
+
+
+def _run_stages(
+    cfg: Config, model, tokenizer, generator: Generator, source, validation, logger, env: EnvClient | None
+) -> tuple[dict[str, float], int]:
+    """The main stage to its plateau, then the careless stage: their results and the last step trained."""
+    sft = cfg.sft
     plateau = Plateau(
         lambda step: evaluate(generator, tokenizer, validation, cfg, step).accuracy,
         sft.val_period or max(sft.num_steps, 1),
@@ -167,7 +195,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
     )
     engine = TrainEngine(model, sft.optimizer, sft.scheduler, sft.max_grad_norm)
     step = _train_stage(
-        model, tokenizer, cfg, engine, PromptLoader(source, sft.seed + 1), sft.num_steps, logger, 0, plateau
+        model, tokenizer, cfg, engine, PromptLoader(source, sft.seed + 1), sft.num_steps, logger, 0, plateau, env
     )
     if plateau.last_accuracy is None:  # a main stage of 0 steps
         plateau.validate(step)
@@ -177,15 +205,10 @@ def run_sft(cfg: Config) -> dict[str, float]:
         careless_source, _ = build_sources(cfg, careless_fraction=careless.careless_fraction)
         optim = dataclasses.replace(sft.optimizer, lr=careless.lr)
         engine = TrainEngine(model, optim, SchedulerConfig(total_steps=careless.num_steps), sft.max_grad_norm)
-        step = _train_stage(
-            model, tokenizer, cfg, engine, PromptLoader(careless_source, sft.seed + 2), careless.num_steps, logger, step
-        )
+        loader = PromptLoader(careless_source, sft.seed + 2)
+        step = _train_stage(model, tokenizer, cfg, engine, loader, careless.num_steps, logger, step, env=env)
         results["sft/accuracy_after_careless_stage"] = evaluate(generator, tokenizer, validation, cfg, step).accuracy
-    results["sft/seconds"] = time.perf_counter() - start
-    logger.log(step, results)
-    logger.close()
-    _save_atomic(model, tokenizer, out_dir, results)
-    return results
+    return results, step
 
 
 def check_floor(results: dict[str, float], cfg: Config) -> None:

@@ -20,7 +20,7 @@ from dtppo.estimators import build_estimator
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
 from dtppo.faults import RunStopped
 from dtppo.logging import MetricsLogger
-from dtppo.metrics import mean_over, to_floats
+from dtppo.metrics import episode_metrics, mean_over, to_floats
 from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
@@ -141,7 +141,7 @@ class PPOTrainer:
         with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
             self.rollouts.publish(self.steps_done + 1, updated=train_policy)
 
-        metrics = self._rollout_metrics(experience) | self._staleness_metrics(rollout)
+        metrics = self._rollout_metrics(experience) | self._staleness_metrics(rollout) | episode_metrics(experience)
         metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_parts.items()}
         if runs.get("policy_update"):
             metrics |= {f"train/{k}": v for k, v in mean_over(runs["policy_update"]).items()}
@@ -211,7 +211,7 @@ class PPOTrainer:
         seq_error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, mask)
         behaviour_ratio = torch.exp(experience.old_logprobs - experience.gen_logprobs)
         metrics = {
-            "train/reward": experience.rewards.mean(),
+            "train/reward": experience.episode_returns.mean(),
             "train/advantages/mean": masked_mean(experience.advantages, trained),
             "train/advantages/min": masked_min(experience.advantages, trained),
             "train/advantages/max": masked_max(experience.advantages, trained),

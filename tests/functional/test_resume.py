@@ -1,5 +1,6 @@
 """4 PPO steps straight equal 2 steps + resume + 2 steps: metrics and weights."""
 
+import pytest
 import torch
 
 from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
@@ -24,6 +25,7 @@ def _comparable(record):
     return {k: v for k, v in record.items() if not k.startswith(("timing/", "perf/"))}
 
 
+@pytest.mark.slow  # make test's resume checks: tests/functional/test_kill.py (kill, resume, compare) at 1 rank
 def test_resume_reproduces_the_uninterrupted_run(sft_dir, tmp_path):
     run_cli(_args(sft_dir, "straight", 4), tmp_path)
     run_cli(_args(sft_dir, "split", 2), tmp_path)

@@ -187,3 +187,17 @@ def test_kill_and_resume_reproduces_the_run(tmp_path):
     assert resumed.wait(timeout=900) == 0, (tmp_path / "run.1.log").read_text()[-3000:]
     assert comparable_metrics(log) == reference
     assert sorted(p.name for p in ckpt.iterdir()) == ["step_1", "step_2"]
+
+
+@pytest.mark.slow
+def test_multi_turn_episodes_on_the_engine(cli_runs, sft_dir):
+    """Episodes around the vLLM engine (docs/episodes.md): several turns with observations between them, and the
+    engine's log-probs of the policy's tokens agree with the trainer's (observation tokens are in no comparison)."""
+    env = Path(__file__).with_name("episode_env.py")
+    episodes = [f"env.class={env}:Tick", "env.stop=[a,e,o,' ']", "env.max_turns=3", "env.max_total_tokens=60"]
+    run_cli(_args(sft_dir, "episodes", 2, 1, *episodes), cli_runs)
+    records = _steps(cli_runs, "episodes")
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert r["train/token_mult_prob_error"] <= 1.001
+        assert r["train/episodes/turns"] > 1.2 and r["train/episodes/observation_tokens"] > 0

@@ -121,6 +121,46 @@ def compute_vtrace(
     return advantages, returns
 
 
+def turn_starts(mask: torch.Tensor, turn_ids: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: the first action token of each turn. mask: [B, T] action tokens; turn_ids: [B, T] int64 (a
+    turn's action tokens are contiguous: its observation follows them)."""
+    valid = mask.bool()
+    prev_valid = torch.cat([torch.zeros_like(valid[:, :1]), valid[:, :-1]], dim=1)
+    prev_turn = torch.cat([torch.zeros_like(turn_ids[:, :1]), turn_ids[:, :-1]], dim=1)
+    return valid & ~(prev_valid & (prev_turn == turn_ids))
+
+
+def compute_turn_gae(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    turn_ids: torch.Tensor,
+    gamma: float,
+    lam: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE with one step per assistant turn (AReaL's ``gae_timestep_unit: turn``): a turn's state is the one before
+    its first token, its value V there, its reward the sum of its tokens' rewards; each turn's advantage and return
+    go to every one of its action tokens.
+
+    token_rewards, values: [B, T]; mask: [B, T] action tokens; turn_ids: [B, T] the 1-based turn of each token (0
+    off the episode). Returns (advantages, returns) [B, T], 0 where masked. γ and λ apply per turn."""
+    valid = mask.bool()
+    starts = turn_starts(mask, turn_ids)
+    turns = int(turn_ids.max()) + 1 if turn_ids.numel() else 1
+    # Each turn's reward summed over its action tokens, then placed on its first one.
+    per_turn = torch.zeros(turn_ids.shape[0], turns, dtype=torch.float32, device=values.device)
+    per_turn.scatter_add_(1, turn_ids, torch.where(valid, token_rewards.float(), 0.0))
+    at_start = torch.where(starts, per_turn.gather(1, turn_ids), 0.0)
+    advantages, returns = compute_gae(at_start, values, starts.float(), gamma, lam)
+    # Each token takes its turn's figures, read at the turn's first token.
+    start_of = torch.zeros_like(per_turn).scatter_(1, turn_ids * starts, torch.where(starts, advantages, 0.0))
+    return_of = torch.zeros_like(per_turn).scatter_(1, turn_ids * starts, torch.where(starts, returns, 0.0))
+    return (
+        torch.where(valid, start_of.gather(1, turn_ids), 0.0),
+        torch.where(valid, return_of.gather(1, turn_ids), 0.0),
+    )
+
+
 def outcome_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """The sequence reward discounted back to each valid token: γ^(n−1−i)·r at the i-th of a row's n valid tokens
     (masked positions skipped), the Monte-Carlo return the sampled response got. A yardstick for the critic that
@@ -153,14 +193,18 @@ def compute_advantages(
     lambda_value: float | torch.Tensor,
     normalize: bool,
     vtrace: VTraceCorrection | None = None,
+    turn_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoupled GAE: advantages from ``lambda_policy``, returns from ``lambda_value``; one pass when equal.
-    With ``vtrace``, both passes are ``compute_vtrace``'s instead.
+    With ``vtrace``, both passes are ``compute_vtrace``'s instead; with ``turn_ids`` [B, T], ``compute_turn_gae``'s
+    (one step per turn).
 
     All tensors [B, T]; λs float or [B]. Returns (advantages, returns); advantages whitened when normalize.
     """
 
     def estimate(lam: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if turn_ids is not None:
+            return compute_turn_gae(token_rewards, values, mask, turn_ids, gamma, lam)
         if vtrace is None:
             return compute_gae(token_rewards, values, mask, gamma, lam)
         return compute_vtrace(token_rewards, values, vtrace.log_rho, mask, gamma, lam, vtrace.rho_cap, vtrace.c_cap)

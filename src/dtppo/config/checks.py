@@ -16,6 +16,7 @@ def check(cfg: Config) -> None:
     """Every rule below; a GRPO run has no critic, so the value section's batches and layout are not checked."""
     _check_grpo(cfg)
     _check_async(cfg)
+    _check_env(cfg)
     if cfg.policy.generation.backend == "vllm":
         _check_vllm(cfg)
     for section in ("policy", "value") if cfg.has_critic else ("policy",):
@@ -103,6 +104,34 @@ def _check_async(cfg: Config) -> None:
         cfg.value.target_correction == "none" or cfg.has_critic,
         "value.target_correction",
         f"{cfg.value.target_correction} corrects the critic's targets; ppo.advantage_estimator=grpo has no critic",
+    )
+
+
+def _check_env(cfg: Config) -> None:
+    """Episodes are run by the generator of the policy's own ranks; a turn needs room in the token budget."""
+    env = cfg.env
+    require(
+        cfg.ppo.gae_unit == "token" or (env.multi_turn and cfg.has_critic),
+        "ppo.gae_unit",
+        "turn takes one GAE step per assistant turn: it needs episodes (env.class) and a critic (gae)",
+    )
+    require(
+        cfg.ppo.gae_unit == "token" or cfg.value.target_correction == "none",
+        "ppo.gae_unit",
+        "turn with value.target_correction=vtrace is not supported (V-trace's ratios are per token)",
+    )
+    if not env.multi_turn:
+        return
+    require(
+        cfg.cluster.generation_ranks == 0,
+        "env.class",
+        "multi-turn episodes run on the policy's own ranks; with cluster.generation_ranks > 0 (asynchronous "
+        "generation) they are not supported yet",
+    )
+    require(
+        cfg.env.max_total_tokens >= 2,
+        "env.max_total_tokens",
+        "must leave room for an assistant turn and an observation",
     )
 
 

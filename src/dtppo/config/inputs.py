@@ -1,11 +1,11 @@
-"""The sections that say what a run reads and how it scores: the task and its data, SFT before PPO, the rewards.
-Each checks its own fields (``__post_init__``)."""
+"""The sections that say what a run reads and how it scores: the task and its data, SFT before PPO, the rewards,
+the environment of multi-turn episodes. Each checks its own fields (``__post_init__``)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dtppo.config.reward_spec import LATE_CHUNKS_NAME, MODEL_NAME, parse_spec
 from dtppo.config.rules import ConfigError, at_least, names_a_directory, require
@@ -230,3 +230,47 @@ class RewardConfig:
         require(all(math.isfinite(w) for w in self.weights or ()), "weights", "must be finite numbers")
         require(self.num_workers >= 0, "num_workers", "must be >= 0")
         require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvConfig:
+    """A multi-turn environment (docs/episodes.md): after each assistant turn it answers with an observation (a
+    tool's output) that the policy reads but is never trained on, a reward, and whether the episode is done."""
+
+    class_: str | None = None
+    """The environment class (recipe key ``class``): ``path/to/file.py:Name`` or ``package.module:Name``, built once
+    per environment process with ``kwargs``; it has ``reset(row) -> state`` and ``step(state, assistant_text) ->
+    (observation | None, reward, done)`` (a state it changes in place is kept for the next step). null =
+    single-turn episodes (one response, scored once)."""
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of the class (a mapping in a recipe; numbers, strings, booleans, null and lists of them)."""
+    max_turns: int = 4
+    """Assistant turns per episode at most; the episode ends after the last (its final observation is dropped)."""
+    max_observation_tokens: int = 64
+    """An observation longer than this keeps its first ``max_observation_tokens`` tokens (counted in metrics)."""
+    max_total_tokens: int = 256
+    """Tokens after the prompt (the policy's and the observations') per episode at most: a turn gets what is left
+    of it, at most ``policy.generation.max_new_tokens``."""
+    stop: tuple[str, ...] = ()
+    """Strings that end an assistant turn besides the stop tokens (e.g. ``</calc>``): the turn keeps the text up to
+    and including the first one, and the environment answers it."""
+    num_workers: int = 2
+    """Environment processes per generating rank; 0 = in the generating process (no time limit then)."""
+    timeout_s: float = 30.0
+    """A batch of resets or steps not answered by then stops the run with one line naming the environment."""
+
+    def __post_init__(self) -> None:
+        if self.class_ is not None:
+            try:
+                parse_spec(self.class_)
+            except ValueError as err:
+                raise ConfigError(f"class: {err}") from None
+            require(parse_spec(self.class_).kind != "builtin", "class", "names a reward function, not a class")
+        at_least(self, 1, "max_turns", "max_observation_tokens", "max_total_tokens")
+        require(all(s for s in self.stop), "stop", "an empty string would end every turn at once")
+        require(self.num_workers >= 0, "num_workers", "must be >= 0")
+        require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.class_ is not None

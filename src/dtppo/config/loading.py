@@ -10,6 +10,7 @@ This validates the recipe by itself: the files, models, packages and code it nam
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 import re
 import types
@@ -95,6 +96,8 @@ def _build(cls: type, tree: Any, path: str) -> Any:
         raise ConfigError(f"{path or 'config'}: expected a section (mapping), got {tree!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    # A key that is a Python keyword (env.class) is the field with a trailing underscore (PEP 8's convention).
+    tree = {f"{k}_" if keyword.iskeyword(k) and f"{k}_" in names else k: v for k, v in tree.items()}
     unknown = sorted(set(tree) - names)
     if unknown:
         raise ConfigError(f"{_join(path, unknown[0])}: unknown key")
@@ -106,6 +109,8 @@ def _build(cls: type, tree: Any, path: str) -> Any:
 
 
 def _coerce(hint: Any, value: Any, path: str) -> Any:
+    if hint == KWARGS:
+        return _kwargs(value, path)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
@@ -142,6 +147,30 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected {hint.__name__}, got {value!r}")
         return value
     raise AssertionError(f"unsupported config type {hint} at {path}")
+
+
+KWARGS = tuple[tuple[str, Any], ...]
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _kwargs(value: Any, path: str) -> tuple[tuple[str, Any], ...]:
+    """Keyword arguments for user code, frozen: a mapping (or the [key, value] pairs ``Config.to_dict`` writes) of
+    names to numbers, strings, booleans, null or lists of them (lists become tuples)."""
+    pairs = value.items() if isinstance(value, dict) else value
+    if not isinstance(pairs, (list, tuple, type({}.items()))) or not all(
+        isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs
+    ):
+        raise ConfigError(f"{path}: expected a mapping of names to values, got {value!r}")
+    frozen = []
+    for name, item in pairs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"{path}: {name!r} is not a keyword argument name")
+        if isinstance(item, (list, tuple)) and all(isinstance(v, _PLAIN) for v in item):
+            item = tuple(item)
+        elif not isinstance(item, _PLAIN):
+            raise ConfigError(f"{path}.{name}: expected a number, string, boolean, null or a list of them")
+        frozen.append((name, item))
+    return tuple(sorted(frozen))
 
 
 def _join(path: str, name: str) -> str:

@@ -11,12 +11,14 @@ is built (``Config.__post_init__``).
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dtppo.config.inputs import (
     TASK_VERIFIERS,
     DataConfig,
+    EnvConfig,
     RewardConfig,
     SFTConfig,
 )
@@ -48,6 +50,8 @@ class Config:
     """Supervised fine-tuning before PPO."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """Scoring."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment of multi-turn episodes (none: single-turn)."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     """Metrics output."""
     checkpointing: CheckpointingConfig = field(default_factory=CheckpointingConfig)
@@ -92,6 +96,11 @@ class Config:
         return self.ppo.advantage_estimator == "gae"
 
     @property
+    def generation_prompt_tokens(self) -> int:
+        """The longest prefix a generator samples from: a prompt, and in an episode its turns and observations."""
+        return self.data.max_prompt_tokens + (self.env.max_total_tokens if self.env.multi_turn else 0)
+
+    @property
     def samples_per_step(self) -> int:
         return self.ppo.num_prompts_per_step * self.ppo.num_generations_per_prompt
 
@@ -123,8 +132,8 @@ class Config:
 
 
 def _to_plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, dict):  # a field named for a Python keyword is written as the keyword (env.class_: class)
+        return {k[:-1] if keyword.iskeyword(k[:-1]) else k: _to_plain(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return [_to_plain(v) for v in value]
     return value

@@ -300,6 +300,10 @@ class PPOConfig:
     """GAE λ for the advantages."""
     length_adaptive_alpha: float = 0.0
     """> 0: per-sample λ_policy = 1 - 1/(α·len) (VAPO)."""
+    gae_unit: Literal["token", "turn"] = "token"
+    """Multi-turn episodes: ``token`` runs GAE over the policy's tokens (γ and λ per token, across observations);
+    ``turn`` takes one GAE step per assistant turn (AReaL's ``gae_timestep_unit: turn``): the value at the turn's
+    first token, the turn's rewards, its advantage and return on each of its tokens. Single-turn: the same."""
     normalize_advantages: bool = True
     """Whiten advantages over all valid tokens of the step."""
     advantage_estimator: Literal["gae", "grpo"] = "gae"

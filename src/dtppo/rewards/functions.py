@@ -14,21 +14,17 @@ processes load it.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import math
 import numbers
-import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from dtppo.config.reward_spec import FunctionSpec, parse_spec
+from dtppo.config.reward_spec import parse_spec
 from dtppo.faults import InputError
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.verifiers.math import math_reward
+from dtppo.user_code import load_callable
 
 RewardFunction = Callable[..., Sequence[Any]]
 Scores = list[float | None]
@@ -79,45 +75,7 @@ def reward_function(spec: str) -> RewardFunction:
         raise RewardFunctionError(f"reward function {err}") from None
     if parsed.kind == "builtin":
         return _BUILTIN_FUNCTIONS[parsed.name]
-    module = _load_file(parsed) if parsed.kind == "file" else _import(parsed)
-    if not hasattr(module, parsed.attribute):
-        raise RewardFunctionError(f"reward function {spec!r}: {parsed.target} has no {parsed.attribute!r}")
-    fn = getattr(module, parsed.attribute)
-    if not callable(fn):
-        raise RewardFunctionError(
-            f"reward function {spec!r}: {parsed.attribute} is a {type(fn).__name__}, not callable"
-        )
-    return fn
-
-
-def _load_file(parsed: FunctionSpec) -> Any:
-    path = Path(parsed.target).resolve()
-    if not path.is_file():
-        raise RewardFunctionError(f"reward function {parsed.text!r}: file not found: {parsed.target}")
-    # One module per file, registered so the file's own dataclasses and pickling see their module.
-    name = f"dtppo_reward_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    loader_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[name] = module
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as err:  # the user's file: any failure is reported as that file's, in one line
-        del sys.modules[name]
-        raise RewardFunctionError(
-            f"reward function {parsed.text!r}: importing {parsed.target} raised {type(err).__name__}: {err}"
-        ) from err
-    return module
-
-
-def _import(parsed: FunctionSpec) -> Any:
-    try:
-        return importlib.import_module(parsed.target)
-    except Exception as err:  # ModuleNotFoundError, or whatever the module raises while it loads
-        raise RewardFunctionError(
-            f"reward function {parsed.text!r}: cannot import {parsed.target}: {type(err).__name__}: {err}"
-        ) from err
+    return load_callable(parsed, "reward function", RewardFunctionError)
 
 
 def check_arguments(spec: str, fn: RewardFunction, available: Sequence[str]) -> None:

@@ -13,7 +13,7 @@ Memory and liveness are bounded whatever the batch holds:
   worker's memory does not grow with the batch size or response length;
 - pool workers import ``dtppo.rewards.functions`` (not torch) and build math-verify's parser when they start;
   ``timeout_s`` bounds scoring, not process start-up: a fresh pool is waited for (up to ``STARTUP_S``) first;
-- a late chunk means its worker is stuck (or died): that worker is terminated and replaced (``ScoringPool``;
+- a late chunk means its worker is stuck (or died): that worker is terminated and replaced (``ProcessPool``;
   the Ray path kills and replaces the late actors), so one bad step cannot starve every later one.
 """
 
@@ -24,6 +24,7 @@ import logging
 from dtppo.answers import tail
 from dtppo.config import RewardConfig
 from dtppo.config.reward_spec import parse_spec
+from dtppo.process_pool import ProcessPool
 from dtppo.rewards.functions import (
     RewardFunctionError,
     Scores,
@@ -32,7 +33,7 @@ from dtppo.rewards.functions import (
     reference_text,
     score_job,
 )
-from dtppo.rewards.pool import ScoringPool
+from dtppo.rewards.pool_worker import serve
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class RewardScorer:
         if self.num_workers == 0:
             self.functions = load_functions(self.specs)
         if self.num_workers > 0 and backend == "local":
-            self.pool = ScoringPool(cfg.num_workers, self.specs)
+            self.pool = ProcessPool(cfg.num_workers, serve, (self.specs,), "dtppo-reward")
         if self.num_workers > 0 and backend == "ray":
             import ray
 

@@ -46,11 +46,18 @@ class Generator(Protocol):
         """After sampling: free what sampling alone needs (a sleeping engine's KV cache), where the engine can."""
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience:
         """A response to each prompt: right-padded ``[prompt | response | pad]`` rows on the CPU with
         ``gen_logprobs`` and ``truncated``. prompts: B lists of token ids; sample_ids: [B] global sample indices
-        (with the stream ``key``, they alone decide the random draws)."""
+        (with the stream ``key``, they alone decide the random draws); rows: each prompt's columns
+        (``envs.interface.episode_row``), which multi-turn episodes reset their environment with (an engine
+        sampling single responses does not read them)."""
 
     def refit(self, trained: nn.Module, version: int) -> None:
         """Take the weights of ``trained`` (the policy as it trains, sharded or not); collective over the policy's
@@ -115,7 +122,12 @@ class TorchGenerator:
 
     @torch.no_grad()
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience:
         device = next(self.model.parameters()).device
         ids, attn, prompt_lengths = left_padded(prompts, self.pad_id, device)

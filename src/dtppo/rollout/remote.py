@@ -116,7 +116,12 @@ class GenerationClient:
         self.in_flight.append(tag)
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience:
         """``Generator.sample``'s contract, answered by the generation ranks with the last version published, after
         every batch requested before (validation)."""

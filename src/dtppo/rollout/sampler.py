@@ -77,6 +77,12 @@ def stream_key(seed: int, step: int, stream: int = 0) -> int:
     return int(splitmix(torch.tensor(seed * 1_000_003 + step * 7 + stream, dtype=torch.long)))
 
 
+def turn_key(key: int, turn: int) -> int:
+    """The stream key of an episode's ``turn``-th assistant turn (0-based): ``key`` itself for the first, so a
+    one-turn episode draws what a single response does; a fresh key for each later turn."""
+    return key if turn == 0 else int(splitmix(torch.tensor(key, dtype=torch.long) + turn))
+
+
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of tokens whose probability reaches ``top_p``. logits: [B, V]."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)

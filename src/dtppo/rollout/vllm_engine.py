@@ -151,7 +151,12 @@ class VLLMEngine:
             self.asleep = True
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience:
         """``Generator.sample``: right-padded ``[prompt | response | pad]`` rows, the first stop token kept when
         sampled, ``gen_logprobs`` from vLLM. sample_ids: [B] global sample indices."""

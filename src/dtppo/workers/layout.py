@@ -13,7 +13,7 @@ from dtppo.distributed.comm import all_gather_rows, is_distributed, rank, world_
 from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_group
 from dtppo.distributed.parallelize import compute_dtype, parallelize
 from dtppo.models.recompute import recompute_blocks
-from dtppo.types import Experience, block_rows
+from dtppo.types import ROLLOUT_FIELDS, Experience, block_rows
 
 
 class RankLayout:
@@ -92,13 +92,9 @@ class RankLayout:
         return all_gather_rows(x, self.dp_group, pad_value) if self.sharded else x
 
     def gather_experience(self, part: Experience, pad_id: int) -> Experience:
-        return Experience(
-            input_ids=self.gather(part.input_ids, pad_id),
-            attention_mask=self.gather(part.attention_mask),
-            response_mask=self.gather(part.response_mask),
-            gen_logprobs=self.gather(part.gen_logprobs),
-            truncated=self.gather(part.truncated),
-        )
+        """The rows each dp rank sampled (``ROLLOUT_FIELDS``; padding: ``pad_id`` for tokens, else 0)."""
+        fields = {name: getattr(part, name) for name in ROLLOUT_FIELDS if getattr(part, name) is not None}
+        return Experience(**{n: self.gather(x, pad_id if n == "input_ids" else 0) for n, x in fields.items()})
 
 
 def pad_to(x: torch.Tensor, width: int, value: float = 0) -> torch.Tensor:

@@ -15,6 +15,7 @@ from dtppo.faults import gen_logprob_error
 from dtppo.models.causal_lm import build_policy, stop_token_ids
 from dtppo.models.logprobs import token_logprobs
 from dtppo.packing import pack_rows
+from dtppo.rollout.episodes import with_episodes
 from dtppo.rollout.generator import Generator, build_generator
 from dtppo.rollout.sampler import SamplingParams
 from dtppo.types import Experience
@@ -41,16 +42,17 @@ class PolicyWorker(Worker):
         # With generation ranks the policy is sampled there (rollout.remote), from weights this worker sends.
         self.generator: Generator | None = None
         if cfg.cluster.generation_ranks == 0:
-            self.generator = build_generator(
+            engine = build_generator(
                 section.generation,
                 full,
                 stop_token_ids(full, tokenizer),
                 tokenizer.pad_token_id,
-                max_prompt_tokens=cfg.data.max_prompt_tokens,
+                max_prompt_tokens=cfg.generation_prompt_tokens,
                 seed=cfg.ppo.seed,
                 device=self.layout.device,
                 replica=self.layout.replica if self.layout.sharded else None,
             )
+            self.generator = with_episodes(engine, cfg.env, tokenizer)
             if is_main_rank():
                 print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
@@ -83,11 +85,17 @@ class PolicyWorker(Worker):
         self.generator.close()
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience:
-        """Each dp rank samples its block of the prompts; every rank returns the whole batch."""
-        rows = self.layout.my_rows(len(prompts))
-        part = self.generator.sample(prompts[rows], params, key, sample_ids[rows])
+        """Each dp rank samples its block of the prompts (``rows``: their columns, for an environment); every rank
+        returns the whole batch."""
+        block = self.layout.my_rows(len(prompts))
+        part = self.generator.sample(prompts[block], params, key, sample_ids[block], rows[block] if rows else None)
         experience = self.layout.gather_experience(part, self.tokenizer.pad_token_id)
         error = gen_logprob_error(experience.batch_size)
         if error is not None:  # test hook (dtppo.faults): a generator whose log-probs are off on purpose

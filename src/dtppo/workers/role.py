@@ -91,10 +91,15 @@ class PolicyRole(Role[PolicyWorker]):
         return self._phase(lambda p: p.prepare_for_generation(), lambda p: p.finish_generation())
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, key: int, sample_ids: torch.Tensor
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        key: int,
+        sample_ids: torch.Tensor,
+        rows: list[dict] | None = None,
     ) -> Experience:
         """Rollouts of ``prompts`` (sampled by the policy's dp ranks), the whole batch on every rank."""
-        return self._everywhere(lambda p: p.generate(prompts, params, key, sample_ids))
+        return self._everywhere(lambda p: p.generate(prompts, params, key, sample_ids, rows))
 
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
         """log π(x_t | x_<t) of the current policy, [B, T] on every rank."""

@@ -1,4 +1,5 @@
-"""ScoringPool: scoring processes, each on its own pipe, with a deadline per batch.
+"""ProcessPool: worker processes for user code (reward functions, environments), each on its own pipe, with a
+deadline per batch.
 
 Why not ``multiprocessing.Pool`` or ``ProcessPoolExecutor``: a Pool worker killed while it waits for work
 holds the shared task-queue lock, and every other worker then blocks forever; an executor whose worker dies
@@ -14,9 +15,8 @@ import collections
 import logging
 import multiprocessing
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-
-from dtppo.rewards.pool_worker import serve
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +24,10 @@ _TRIES = 2  # runs of a job whose worker died under it, before it scores None
 
 
 class _Worker:
-    def __init__(self, ctx, specs: list[str]):
+    def __init__(self, ctx, target: Callable, args: tuple, name: str):
         self.conn, child = ctx.Pipe()
         # daemon: a trainer that exits without close() does not leave scoring processes behind.
-        self.proc = ctx.Process(target=serve, args=(child, specs), daemon=True, name="dtppo-reward")
+        self.proc = ctx.Process(target=target, args=(child, *args), daemon=True, name=name)
         self.proc.start()
         child.close()  # the parent keeps one end only, so a dead worker reads as EOF here
         self.pid: int | None = None  # set when the worker reports ready
@@ -52,15 +52,16 @@ class _Batch:
         self.tries = [0] * len(jobs)
 
 
-class ScoringPool:
-    """``num_workers`` spawned scoring processes, each running the reward functions ``specs`` name
-    (``pool_worker.serve``). ``map`` runs jobs within a deadline."""
+class ProcessPool:
+    """``num_workers`` spawned processes, each running ``target(conn, *args)`` (``rewards.pool_worker.serve``,
+    ``envs.worker.serve``): a target reports ``("ready", pid)``, then answers each job with one ``(kind, answer)``
+    message, until it receives None. ``map`` runs jobs within a deadline."""
 
-    def __init__(self, num_workers: int, specs: list[str]):
+    def __init__(self, num_workers: int, target: Callable, args: tuple, name: str):
         # spawn, not fork: the trainer process holds threads (torch, gloo) that a fork would copy mid-state.
         self._ctx = multiprocessing.get_context("spawn")
-        self.specs = specs
-        self.workers = [_Worker(self._ctx, specs) for _ in range(num_workers)]
+        self._start = lambda: _Worker(self._ctx, target, args, name)
+        self.workers = [self._start() for _ in range(num_workers)]
 
     @property
     def worker_pids(self) -> list[int]:
@@ -74,7 +75,7 @@ class ScoringPool:
                 self._receive(self._owner(conn), _Batch([]))
         if any(w.pid is None for w in self.workers):
             log.warning(
-                "reward pool: %d of %d processes started within %.0f s",
+                "process pool: %d of %d processes started within %.0f s",
                 len(self.worker_pids),
                 len(self.workers),
                 timeout_s,
@@ -135,7 +136,7 @@ class ScoringPool:
 
     def _replace(self, index: int) -> None:
         self.workers[index].stop()
-        self.workers[index] = _Worker(self._ctx, self.specs)
+        self.workers[index] = self._start()
 
     def close(self) -> None:
         for worker in self.workers:

@@ -1,0 +1,165 @@
+"""Tools with a critic (docs/learning.md, "Issue 32"): PPO on the calculator task with the tool, without it, and with
+the observation tokens wrongly trained on and valued as actions, from several SFT models.
+
+    python examples/make_calculator_task.py runs/calculator-task
+    python bench/episodes_learning.py [--sft-seeds 0 1 2] [--jobs 2] [--out FILE.json]
+
+Each SFT model is trained once on the task's transcripts (to its plateau); every arm runs PPO seed 0 from each.
+Per run: the hard half's validation accuracy (best, at step 0, final), the easy half's best, the tool calls per
+episode over the last half of the steps, and the critic's explained variance over the last half. Per arm: mean and
+95 % t-interval over SFT models; paired by SFT model: tool − no tool, and the ablation − tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from critic import ci_cell, mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
+from dtppo.faults import OBSERVATIONS_AS_ACTIONS_ENV  # noqa: E402
+from dtppo.logging import read_metrics  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = "examples/calculator-task.yaml"
+COMMON = ["checkpointing.enabled=false", "logger.tensorboard=false", "logger.progress=false", "ppo.seed=0"]
+BELOW_FLOOR = 5  # dtppo sft's exit code for a model below sft.min_accuracy
+# Each arm: its overrides and its environment variables. Without the tool a response gets the episodes' token budget.
+ARMS = {
+    "tool": ([], {}),
+    "no_tool": (["env.class=null", "policy.generation.max_new_tokens=96"], {}),
+    "observations_as_actions": ([], {OBSERVATIONS_AS_ACTIONS_ENV: "1"}),
+}
+METRICS = [
+    "hard_best",
+    "hard_start",
+    "hard_gain",
+    "hard_final",
+    "easy_best",
+    "accuracy_best",
+    "tool_calls_last_half_mean",
+    "turns_last_half_mean",
+    "explained_var_last_half_mean",
+]
+
+
+def run(argv: list[str], log: Path, env_extra: dict[str, str], allowed: tuple[int, ...] = (0,)) -> int:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **env_extra)
+    with log.open("w") as out:
+        proc = subprocess.run([sys.executable, "-m", "dtppo", *argv], cwd=REPO, env=env, stdout=out, stderr=out)
+    if proc.returncode not in allowed:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}, see {log}")
+    return proc.returncode
+
+
+def sft_args(root: Path, seed: int) -> list[str]:
+    return [f"sft.seed={seed}", f"sft.output_dir={root / f'sft-seed{seed}'}"]
+
+
+def train_sft(root: Path, seed: int) -> int:
+    """SFT model ``seed`` (trained once; its exit code, 0 or below-floor, is kept beside it for later runs)."""
+    marker = REPO / root / f"sft{seed}.exit_code"
+    if not marker.is_file():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        code = run(["sft", RECIPE, *COMMON, *sft_args(root, seed)], marker.with_suffix(".log"), {}, (0, BELOW_FLOOR))
+        marker.write_text(str(code))
+    return int(marker.read_text())
+
+
+def curve(records: list[dict], key: str) -> list[tuple[int, float]]:
+    return [(r["step"], r[key]) for r in records if key in r]
+
+
+def ppo_run(root: Path, sft_seed: int, arm: str) -> dict:
+    overrides, env_extra = ARMS[arm]
+    log_dir = root / "ppo" / f"{arm}_sft{sft_seed}"
+    argv = ["ppo", RECIPE, *COMMON, *sft_args(root, sft_seed), *overrides, f"logger.log_dir={log_dir}"]
+    records = read_metrics(REPO / log_dir, missing_ok=True)
+    if not any(r["step"] == 40 for r in records):
+        (REPO / log_dir).mkdir(parents=True, exist_ok=True)
+        run(argv, REPO / log_dir / "run.log", env_extra)
+        records = read_metrics(REPO / log_dir)
+    result = summarise(records, policy_start_step=10)
+    hard, easy = curve(records, "validation/reward/hard_half"), curve(records, "validation/reward/easy_half")
+    calls = [c for step, c in curve(records, "train/episodes/tool_calls") if step > 20]
+    # Turns, not tool calls, where observations are marked as actions: the call count reads the action mask.
+    turns = [t for step, t in curve(records, "train/episodes/turns") if step > 20]
+    result |= {
+        "hard_best": max(a for _, a in hard),
+        "hard_start": hard[0][1],
+        "hard_gain": max(a for _, a in hard) - hard[0][1],
+        "turns_last_half_mean": statistics.fmean(turns) if turns else 1.0,
+        "hard_final": hard[-1][1],
+        "easy_best": max(a for _, a in easy),
+        "tool_calls_last_half_mean": statistics.fmean(calls) if calls else 0.0,
+        "hard_curve": hard,
+        "tool_calls_curve": curve(records, "train/episodes/tool_calls"),
+    }
+    prefix = " ".join(f"{k}={v}" for k, v in env_extra.items())
+    return {
+        "arm": arm,
+        "sft_seed": sft_seed,
+        "command": f"{prefix + ' ' if prefix else ''}python -m dtppo " + " ".join(argv),
+        "result": result,
+    }
+
+
+def report(runs: list[dict]) -> dict:
+    per_arm = {arm: {m: mean_ci95(list(per_sft_model(runs, arm, m).values())) for m in METRICS} for arm in ARMS}
+    differences = {
+        f"{a} - {b}": {m: paired_ci95(runs, a, b, m) for m in METRICS}
+        for a, b in [("tool", "no_tool"), ("observations_as_actions", "tool")]
+    }
+    return {"per_arm": per_arm, "paired": differences}
+
+
+def print_report(summary: dict) -> None:
+    print(f"\n{'arm':<26}" + "".join(f"{m:>32}" for m in METRICS))
+    for arm, figures in summary["per_arm"].items():
+        print(f"{arm:<26}" + "".join(f"{ci_cell(figures[m]):>32}" for m in METRICS))
+    print("\npaired by SFT model (* = the 95 % interval excludes 0)")
+    for name, figures in summary["paired"].items():
+        print(f"{name:<26}" + "".join(f"{ci_cell(s, True):>33}" for s in figures.values()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each: one process of 1 thread)")
+    parser.add_argument("--root", type=Path, default=Path("runs") / "calc-exp")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "episodes_learning.json")
+    args = parser.parse_args()
+    if not (REPO / "runs" / "calculator-task" / "train.jsonl").is_file():
+        raise SystemExit("no data: run python examples/make_calculator_task.py runs/calculator-task first")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        sft = {seed: pool.submit(train_sft, args.root, seed) for seed in args.sft_seeds}
+        seeds = [seed for seed, job in sft.items() if job.result() == 0]
+        for seed in sorted(set(args.sft_seeds) - set(seeds)):
+            print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")
+        jobs = [pool.submit(ppo_run, args.root, seed, arm) for seed in seeds for arm in ARMS]
+        runs = []
+        for job in jobs:
+            runs.append(job.result())
+            done = runs[-1]["result"]
+            print(
+                f"{runs[-1]['arm']:<24} sft {runs[-1]['sft_seed']}: hard {done['hard_start']:.3f} -> best "
+                f"{done['hard_best']:.3f}, calls {done['tool_calls_last_half_mean']:.2f}, EV "
+                f"{done['explained_var_last_half_mean']}",
+                flush=True,
+            )
+    models = {seed: sft_figures(str(args.root / f"sft-seed{seed}")) for seed in args.sft_seeds}
+    summary = report(runs)
+    print_report(summary)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"sft_models": models, "summary": summary, "runs": runs}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
