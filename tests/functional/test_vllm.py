@@ -102,7 +102,8 @@ def _steps(cwd, name):
 def _assert_reference_gates(records):
     assert [r["step"] for r in records] == [1, 2]
     for r in records:
-        assert r["train/token_mult_prob_error"] <= 1.001
+        # A batch sampled by an older policy (ppo.max_lag) differs from π_old by design, not by numerics.
+        assert r["train/token_mult_prob_error"] <= 1.001 or r.get("train/staleness/max", 0.0) > 0
         assert 0.79 < r["train/probs_ratio_clamped_min"] < 1.21
         assert 0.79 < r["train/probs_ratio_clamped_max"] < 1.29
         assert 0 <= r["train/critic/loss"] < 6
@@ -152,6 +153,7 @@ def test_on_a_generation_rank_one_step_ahead(cli_runs, sft_dir):
     records = _steps(cli_runs, "generation_rank")
     _assert_reference_gates(records)
     assert [r["train/staleness/max"] for r in records] == [0.0, 1.0]
+    assert records[1]["train/token_mult_prob_error"] > 1.001  # the lag shows: the control for the gate above
     first, local = records[0], _steps(cli_runs, "dp1")[0]
     for key in ("train/reward", "train/mean_gen_tokens_per_sample", "train/truncation_rate"):
         assert first[key] == local[key], key
