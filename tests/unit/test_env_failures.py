@@ -2,6 +2,7 @@
 never a hang, never a silent 0."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +10,7 @@ from dtppo.config import EnvConfig
 from dtppo.envs.client import EnvClient
 from dtppo.envs.interface import EnvironmentFailure, checked_step
 
-ENV = "tests/unit/scripted_env.py"
+ENV = str(Path(__file__).with_name("scripted_env.py"))
 
 
 def _client(name, workers=0, timeout_s=30.0):

@@ -2,6 +2,8 @@
 changes no policy or critic loss and no gradient (the same poison on an action token does), and the critic's V(s_t)
 at the first token after an observation reads the head at the observation's last token, having seen it."""
 
+from pathlib import Path
+
 import torch
 
 from dtppo import config as config_lib
@@ -10,7 +12,7 @@ from dtppo.types import Segment, build_episode_rows
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
 
-RECIPE = "recipes/tiny-math-cpu.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny-math-cpu.yaml"
 SMALL = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in [("hidden_size", 32), ("num_layers", 1)]]
 POISON = 1.0e4
 

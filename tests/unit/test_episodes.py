@@ -4,6 +4,7 @@ critic's V(s_t) after an observation, and the episode loop on a scripted engine 
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from dtppo.types import EPISODE_ENDS, Experience, Segment, build_episode_rows, b
 POISON = 1.0e6
 TOK = build_char_tokenizer()
 EOS = TOK.eos_token_id
-SCRIPTED = "tests/unit/scripted_env.py:Scripted"
+SCRIPTED = f"{Path(__file__).with_name('scripted_env.py')}:Scripted"
 
 
 def _hand_episode() -> Experience:
