@@ -7,7 +7,6 @@ import torch
 torch.set_num_threads(int(os.environ.get("DTPPO_TEST_THREADS", "2")))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(REPO), "shared")
 
 
 @pytest.fixture

@@ -32,9 +32,10 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-GSM8K_TRAIN = SHARED / "data" / "gsm8k" / "train.jsonl"
-GSM8K_TEST = SHARED / "data" / "gsm8k" / "test.jsonl"
+# The first GSM8K rows, shipped with the tests (tests/data/gsm8k, MIT, its LICENSE beside it).
+GSM8K = Path(__file__).resolve().parent / "data" / "gsm8k"
+GSM8K_TRAIN = GSM8K / "train.jsonl"
+GSM8K_TEST = GSM8K / "test.jsonl"
 
 QWEN_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"

@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"
 GSM8K = [
     "data.task=gsm8k",
-    f"data.train.path={REPO.parent / 'shared/data/gsm8k/train.jsonl'}",
-    f"data.validation.path={REPO.parent / 'shared/data/gsm8k/test.jsonl'}",
+    f"data.train.path={REPO / 'tests/data/gsm8k/train.jsonl'}",
+    f"data.validation.path={REPO / 'tests/data/gsm8k/test.jsonl'}",
 ]
 
 # (case class, overrides, the key the message must start with)
