@@ -24,10 +24,8 @@ from dtppo.evaluation import Responses, sample_responses
 from dtppo.faults import CheckpointError, GenerationError, InputError
 from dtppo.rollout.remote import GenerationClient, RemoteBatch, connect_client, flatten_weights, weight_names
 from dtppo.rollout.sampler import SamplingParams, stream_key
-from dtppo.types import Experience
+from dtppo.types import ROLLOUT_FIELDS, Experience
 from dtppo.workers.role import PolicyRole
-
-_EXPERIENCE_FIELDS = ("input_ids", "attention_mask", "response_mask", "gen_logprobs", "truncated")
 
 
 @dataclass(frozen=True)
@@ -255,13 +253,14 @@ def _generation_metrics(batch: RemoteBatch, waited: float) -> dict[str, float]:
 
 def _batch_state(batch: RemoteBatch) -> dict:
     """A batch as tensors and plain numbers (what ``trainer.pt`` may hold)."""
-    fields = {name: getattr(batch.experience, name) for name in _EXPERIENCE_FIELDS}
+    fields = {name: getattr(batch.experience, name) for name in ROLLOUT_FIELDS}
+    fields = {name: x for name, x in fields.items() if x is not None}
     times = {"busy": batch.busy, "waited": batch.waited, "loading": batch.loading, "cycle": batch.cycle}
     return fields | {"version": batch.version, "times": times}
 
 
 def _batch_from_state(state: dict) -> RemoteBatch:
-    experience = Experience(**{name: state[name] for name in _EXPERIENCE_FIELDS})
+    experience = Experience(**{name: state[name] for name in ROLLOUT_FIELDS if name in state})
     times = state["times"]
     return RemoteBatch(
         experience, int(state["version"]), times["busy"], times["waited"], times["loading"], times["cycle"]

@@ -37,7 +37,7 @@ from dtppo.models.causal_lm import build_policy, stop_token_ids
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.rollout.generator import Generator, build_generator
 from dtppo.rollout.sampler import SamplingParams
-from dtppo.types import Experience
+from dtppo.types import ROLLOUT_FIELDS, Experience
 
 WEIGHTS, REQUEST, STOP = 1, 2, 3
 _HEADER = 8  # int64 fields: kind, tag, version, n, tokens, max_new_tokens, greedy, key
@@ -337,24 +337,18 @@ class GenerationService:
 
 
 def concat_rows(parts: list[Experience], pad_id: int) -> Experience:
-    """Row blocks of (possibly) different widths as one right-padded batch."""
+    """Row blocks of (possibly) different widths as one right-padded batch (``ROLLOUT_FIELDS`` the blocks have;
+    padding: ``pad_id`` for tokens, else 0)."""
     width = max(p.input_ids.shape[1] for p in parts)
 
-    def cat(name: str, value: float) -> torch.Tensor:
-        blocks = []
-        for p in parts:
-            x = getattr(p, name)
-            pad = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
-            blocks.append(torch.cat([x, pad], dim=1))
-        return torch.cat(blocks)
+    def cat(name: str) -> torch.Tensor:
+        blocks = [getattr(p, name) for p in parts]
+        if blocks[0].dim() == 1:
+            return torch.cat(blocks)
+        value = pad_id if name == "input_ids" else 0
+        return torch.cat([torch.cat([x, x.new_full((x.shape[0], width - x.shape[1]), value)], dim=1) for x in blocks])
 
-    return Experience(
-        input_ids=cat("input_ids", pad_id),
-        attention_mask=cat("attention_mask", 0),
-        response_mask=cat("response_mask", 0),
-        gen_logprobs=cat("gen_logprobs", 0),
-        truncated=torch.cat([p.truncated for p in parts]),
-    )
+    return Experience(**{name: cat(name) for name in ROLLOUT_FIELDS if getattr(parts[0], name) is not None})
 
 
 def serve(cfg: Config) -> None:
