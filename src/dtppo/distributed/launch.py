@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,6 +95,13 @@ def _spawned_rank(
         WORLD_SIZE=str(world_size),
     )
     _run_in_group(fn, args, generation_ranks)
+    # Finished: results written, groups destroyed. Leave without the interpreter's teardown, where destroying
+    # C++ objects that still own a thread (rank 0 hosts the rendezvous store's server) has aborted a finished
+    # rank in CI ("terminate called without an active exception", SIGABRT) and failed a run that had succeeded.
+    # A rank that raised never gets here: the launcher reports its exception as before.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _run_in_group(fn: Callable[..., None], args: tuple, generation_ranks: int = 0) -> None:
