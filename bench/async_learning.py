@@ -14,23 +14,19 @@ V-trace against none at each lag.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from critic import ci_cell, mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
+from critic import mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
 from dtppo.logging import read_metrics  # noqa: E402
+from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, train_sft, usable_sft_models  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/tiny-math-mixed-cpu.yaml"
 LAYOUT = ["cluster.workers_per_node=2", "cluster.generation_ranks=1", "loss.rollout_is=token"]
-COMMON = ["checkpointing.enabled=false", "logger.tensorboard=false", "logger.progress=false", "ppo.seed=0"]
 METRICS = [
     "accuracy_best",
     "accuracy_final",
@@ -38,28 +34,6 @@ METRICS = [
     "critic_loss_last_half_mean",
     "outcome_explained_var_last_half_mean",
 ]
-
-
-BELOW_FLOOR = 5  # dtppo sft's exit code for a model below sft.min_accuracy
-
-
-def run(argv: list[str], log: Path, allowed: tuple[int, ...] = (0,)) -> int:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with log.open("w") as out:
-        proc = subprocess.run([sys.executable, "-m", "dtppo", *argv], cwd=REPO, env=env, stdout=out, stderr=out)
-    if proc.returncode not in allowed:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}, see {log}")
-    return proc.returncode
-
-
-def train_sft(root: Path, seed: int) -> int:
-    """SFT model ``seed`` (trained once; its exit code, 0 or below-floor, is kept beside it for later runs)."""
-    marker = REPO / root / f"sft{seed}.exit_code"
-    if not marker.is_file():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        code = run(["sft", RECIPE, *COMMON, *sft_args(root, seed)], marker.with_suffix(".log"), (0, BELOW_FLOOR))
-        marker.write_text(str(code))
-    return int(marker.read_text())
 
 
 def sft_args(root: Path, seed: int) -> list[str]:
@@ -85,7 +59,7 @@ def ppo_run(root: Path, sft_seed: int, lag: int, correction: str) -> dict:
     records = read_metrics(REPO / log_dir, missing_ok=True)
     if not any(r["step"] == 40 for r in records):
         (REPO / log_dir).mkdir(parents=True, exist_ok=True)
-        run(argv, REPO / log_dir / "run.log")
+        run_dtppo(argv, REPO / log_dir / "run.log")
         records = read_metrics(REPO / log_dir)
     result = summarise(records, policy_start_step=10)
     for metric, name in [("loss", "critic_loss"), ("explained_var_outcome", "outcome_explained_var")]:
@@ -121,31 +95,19 @@ def report(runs: list[dict], lags: list[int]) -> dict:
     return {"per_arm": per_arm, "degradation": degradation, "recovery": recovery}
 
 
-def print_report(summary: dict) -> None:
-    print(f"\n{'arm':<12}" + "".join(f"{m:>34}" for m in METRICS))
-    for arm, figures in summary["per_arm"].items():
-        print(f"{arm:<12}" + "".join(f"{ci_cell(figures[m]):>34}" for m in METRICS))
-    for title in ("degradation", "recovery"):
-        print(f"\n{title} (paired by SFT model; * = the 95 % interval excludes 0)")
-        for name, figures in summary[title].items():
-            print(f"{name:<22}" + "".join(f"{ci_cell(s, True):>35}" for s in figures.values()))
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sft-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2, 4])
-    parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each: 2 processes of 1 thread)")
-    parser.add_argument("--root", type=Path, default=Path("runs") / "async_learning")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "async_learning.json")
-    args = parser.parse_args()
+    jobs_help = "runs side by side (each: 2 processes of 1 thread)"
+    options = parser(__doc__.splitlines()[0], "async_learning", "async_learning.json", jobs_help)
+    options.add_argument("--lags", type=int, nargs="+", default=[0, 1, 2, 4])
+    args = options.parse_args()
     if 0 not in args.lags:
         raise SystemExit("--lags must include 0 (the reference arm)")
+
+    def train(seed: int) -> int:
+        return train_sft(RECIPE, args.root, seed, sft_args(args.root, seed))
+
     with ThreadPoolExecutor(args.jobs) as pool:
-        sft = {seed: pool.submit(train_sft, args.root, seed) for seed in args.sft_seeds}
-        seeds = [seed for seed, job in sft.items() if job.result() == 0]
-        for seed in sorted(set(args.sft_seeds) - set(seeds)):
-            print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")
+        seeds = usable_sft_models(pool, train, args.sft_seeds)
         jobs = [
             pool.submit(ppo_run, args.root, seed, lag, correction)
             for seed in seeds
@@ -163,7 +125,7 @@ def main() -> None:
             )
     models = {seed: sft_figures(str(args.root / "sft" / f"seed{seed}")) for seed in args.sft_seeds}
     summary = report(runs, args.lags)
-    print_report(summary)
+    print_summary(summary["per_arm"], {t: summary[t] for t in ("degradation", "recovery")}, METRICS, 22)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"sft_models": models, "summary": summary, "runs": runs}, indent=1))
     print(f"wrote {args.out}")

@@ -12,24 +12,19 @@ episode over the last half of the steps, and the critic's explained variance ove
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from critic import ci_cell, mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
+from critic import mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
 from dtppo.faults import OBSERVATIONS_AS_ACTIONS_ENV  # noqa: E402
 from dtppo.logging import read_metrics  # noqa: E402
+from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, train_sft, usable_sft_models  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 RECIPE = "examples/calculator-task.yaml"
-COMMON = ["checkpointing.enabled=false", "logger.tensorboard=false", "logger.progress=false", "ppo.seed=0"]
-BELOW_FLOOR = 5  # dtppo sft's exit code for a model below sft.min_accuracy
 # Each arm: its overrides and its environment variables. Without the tool a response gets the episodes' token budget.
 ARMS = {
     "tool": ([], {}),
@@ -49,27 +44,8 @@ METRICS = [
 ]
 
 
-def run(argv: list[str], log: Path, env_extra: dict[str, str], allowed: tuple[int, ...] = (0,)) -> int:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **env_extra)
-    with log.open("w") as out:
-        proc = subprocess.run([sys.executable, "-m", "dtppo", *argv], cwd=REPO, env=env, stdout=out, stderr=out)
-    if proc.returncode not in allowed:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}, see {log}")
-    return proc.returncode
-
-
 def sft_args(root: Path, seed: int) -> list[str]:
     return [f"sft.seed={seed}", f"sft.output_dir={root / f'sft-seed{seed}'}"]
-
-
-def train_sft(root: Path, seed: int) -> int:
-    """SFT model ``seed`` (trained once; its exit code, 0 or below-floor, is kept beside it for later runs)."""
-    marker = REPO / root / f"sft{seed}.exit_code"
-    if not marker.is_file():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        code = run(["sft", RECIPE, *COMMON, *sft_args(root, seed)], marker.with_suffix(".log"), {}, (0, BELOW_FLOOR))
-        marker.write_text(str(code))
-    return int(marker.read_text())
 
 
 def curve(records: list[dict], key: str) -> list[tuple[int, float]]:
@@ -83,7 +59,7 @@ def ppo_run(root: Path, sft_seed: int, arm: str) -> dict:
     records = read_metrics(REPO / log_dir, missing_ok=True)
     if not any(r["step"] == 40 for r in records):
         (REPO / log_dir).mkdir(parents=True, exist_ok=True)
-        run(argv, REPO / log_dir / "run.log", env_extra)
+        run_dtppo(argv, REPO / log_dir / "run.log", env_extra)
         records = read_metrics(REPO / log_dir)
     result = summarise(records, policy_start_step=10)
     hard, easy = curve(records, "validation/reward/hard_half"), curve(records, "validation/reward/easy_half")
@@ -119,29 +95,17 @@ def report(runs: list[dict]) -> dict:
     return {"per_arm": per_arm, "paired": differences}
 
 
-def print_report(summary: dict) -> None:
-    print(f"\n{'arm':<26}" + "".join(f"{m:>32}" for m in METRICS))
-    for arm, figures in summary["per_arm"].items():
-        print(f"{arm:<26}" + "".join(f"{ci_cell(figures[m]):>32}" for m in METRICS))
-    print("\npaired by SFT model (* = the 95 % interval excludes 0)")
-    for name, figures in summary["paired"].items():
-        print(f"{name:<26}" + "".join(f"{ci_cell(s, True):>33}" for s in figures.values()))
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sft-seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each: one process of 1 thread)")
-    parser.add_argument("--root", type=Path, default=Path("runs") / "calc-exp")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "episodes_learning.json")
-    args = parser.parse_args()
+    jobs_help = "runs side by side (each: one process of 1 thread)"
+    args = parser(__doc__.splitlines()[0], "calc-exp", "episodes_learning.json", jobs_help).parse_args()
     if not (REPO / "runs" / "calculator-task" / "train.jsonl").is_file():
         raise SystemExit("no data: run python examples/make_calculator_task.py runs/calculator-task first")
+
+    def train(seed: int) -> int:
+        return train_sft(RECIPE, args.root, seed, sft_args(args.root, seed))
+
     with ThreadPoolExecutor(args.jobs) as pool:
-        sft = {seed: pool.submit(train_sft, args.root, seed) for seed in args.sft_seeds}
-        seeds = [seed for seed, job in sft.items() if job.result() == 0]
-        for seed in sorted(set(args.sft_seeds) - set(seeds)):
-            print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")
+        seeds = usable_sft_models(pool, train, args.sft_seeds)
         jobs = [pool.submit(ppo_run, args.root, seed, arm) for seed in seeds for arm in ARMS]
         runs = []
         for job in jobs:
@@ -155,7 +119,7 @@ def main() -> None:
             )
     models = {seed: sft_figures(str(args.root / f"sft-seed{seed}")) for seed in args.sft_seeds}
     summary = report(runs)
-    print_report(summary)
+    print_summary(summary["per_arm"], {"differences": summary["paired"]}, METRICS, 26)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"sft_models": models, "summary": summary, "runs": runs}, indent=1))
     print(f"wrote {args.out}")
