@@ -11,6 +11,8 @@
    training step of the 0.5B-shaped policy and critic, each feature off and on: device memory resident between
    steps, held after the forward, each phase's peak, seconds), and the tiny recipe for 2 steps with both features
    on for both models (the reference model too: KL on).
+   LoRA (issue 33): `bench/memory.py lora` rows on the device, policy + reference + critic and AdamW's state at
+   full fine-tuning and with adapters of rank 16 / 64 (needs peft on the machine, else recorded as skipped).
 5. The updates profiled (issue 23, item 2): the step of 2. again with ``DTPPO_PROFILE_DIR`` set; the critic's and
    the policy's last update, their total device self time and top operators (dtppo.profiling). The unprofiled
    run of 2. gives ``critic_over_policy_update`` from the trainer's timings.
@@ -60,7 +62,7 @@ from dtppo.types import Experience
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_decode import decode_speed  # noqa: E402
 from gpu_models import QWEN25_VOCAB, write_model_dir  # noqa: E402
-from memory import features_rows  # noqa: E402
+from memory import features_rows, lora_rows  # noqa: E402
 from workload import train_flops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -534,6 +536,20 @@ def memory_features(cuda: bool) -> dict:
     return {"rows": rows, "passed": passed}
 
 
+def memory_lora(cuda: bool) -> dict:
+    """On CUDA: `bench/memory.py lora` rows at the real depth, one process: device memory of policy + reference +
+    critic and AdamW's state, full fine-tuning vs LoRA rank 16 / 64; LoRA must hold less. Skipped on the CPU
+    fallback (the CPU table is `python bench/memory.py lora`) and where PEFT is not installed."""
+    if not cuda:
+        return {"skipped": "CPU fallback"}
+    if importlib.util.find_spec("peft") is None:
+        return {"skipped": "peft is not installed (carry its wheel and accelerate's, docs/lora.md)"}
+    rows = lora_rows(24, (1,), os.environ.get("DTPPO_GPU_COMMAND", "python bench/gpu_check.py"))
+    by = {r["mode"]: r for r in rows}
+    passed = all(by[m]["device_resident_MiB"] < by["full"]["device_resident_MiB"] for m in ("lora-r16", "lora-r64"))
+    return {"rows": rows, "passed": passed}
+
+
 def features_smoke(cuda: bool) -> dict:
     """The tiny recipe for 2 PPO steps with activation checkpointing and CPU offload on for policy (and its
     reference: KL on) and critic: the workers build, train, refit and validate with both. CPU fallback: skipped
@@ -643,6 +659,7 @@ def main() -> int:
         "step_vllm": vllm_steps(cuda, args),
         "checkpoint_resume": checkpoint_resume(cuda),
         "memory_features": memory_features(cuda),
+        "memory_lora": memory_lora(cuda),
         "features_smoke": features_smoke(cuda),
         "update_profile": update_profile(cuda, args),
         "throughput_table": throughput_table(cuda, args),
@@ -658,6 +675,7 @@ def main() -> int:
         result["step_vllm"].get("passed", True),
         result["checkpoint_resume"]["passed"],
         result["memory_features"].get("passed", True),
+        result["memory_lora"].get("passed", True),
         result["features_smoke"].get("passed", True),
         result["update_profile"]["passed"],
         result["throughput_table"]["passed"],
@@ -724,6 +742,16 @@ def _print(result: dict) -> None:
                 f"+{r['device_optimizer_peak_added_MiB']:.0f}; {r['fwd_bwd_s']:.2f} + {r['optimizer_s']:.2f} s"
             )
         print(f"memory features: offload lowers the resident, AC the held: {'ok' if m['passed'] else 'FAILED'}")
+    lora = result["memory_lora"]
+    if "skipped" in lora:
+        print(f"memory LoRA: skipped ({lora['skipped']})")
+    else:
+        for r in lora["rows"]:
+            print(
+                f"memory LoRA: {r['mode']:<10} device MiB: resident {r['device_resident_MiB']:>7.0f}, warm-up peak "
+                f"{r['device_peak_MiB']:>7.0f}; AdamW state {r['optimizer_state_MiB']:.0f}"
+            )
+        print(f"memory LoRA: adapters hold less than full fine-tuning: {'ok' if lora['passed'] else 'FAILED'}")
     f = result["features_smoke"]
     if "skipped" in f:
         print(f"tiny recipe with AC + CPU offload: skipped ({f['skipped']})")

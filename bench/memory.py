@@ -26,6 +26,14 @@ forward (what backward needs, mostly activations: what checkpointing removes), t
 of the optimizer step (clip + AdamW) over the RSS each started from, and their seconds; on CUDA the device's
 allocations too. Writes bench/results/memory_features.json (``--out`` elsewhere); bench/gpu.sh records the same
 rows on a GPU.
+
+``python bench/memory.py lora [--layers 24]``: what LoRA saves (issue 33). The Qwen2.5-0.5B-shaped policy, its KL
+reference and the critic (the same backbone with a scalar head), as the workers hold them, at full fine-tuning
+(the reference a frozen copy of the policy) and with LoRA rank 16 and 64 on every linear layer of both models (the
+reference is then the policy with its adapters off: no copy). Per rank at dp=1 and dp=2 (FSDP2): the parameters
+each model holds, the trainable parameters, AdamW's state after a warm-up step on 16 tokens per rank, and the
+process's RSS then (everything resident between steps) and its peak during the warm-up. Writes
+bench/results/memory_lora.json.
 """
 
 from __future__ import annotations
@@ -249,13 +257,12 @@ def features_step(role: str, feature: str, layers: int) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 
-    from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
+    from dtppo.config import ParallelConfig
     from dtppo.distributed.comm import world_size
     from dtppo.models.logprobs import token_logprobs
     from dtppo.models.value import ValueModel
     from dtppo.ops import masked_sum
     from dtppo.types import Experience
-    from dtppo.workers.engine import TrainEngine
     from dtppo.workers.layout import RankLayout
 
     torch.manual_seed(0)
@@ -266,17 +273,7 @@ def features_step(role: str, feature: str, layers: int) -> dict:
     model = layout.wrap(
         model, activation_checkpointing=feature == "activation_checkpointing", cpu_offload=feature == "cpu_offload"
     )
-    engine = TrainEngine(
-        model,
-        OptimizerConfig(),
-        SchedulerConfig(),
-        1.0,
-        layout.device,
-        layout.dp_rank,
-        layout.dp_size,
-        layout.dp_group,
-        model_group=layout.model_group,
-    )
+    engine = _engine(model, layout)
 
     def batch(rows: int, prompt: int, response: int) -> Experience:
         ids = torch.randint(0, config.vocab_size, (rows, prompt + response))
@@ -314,6 +311,24 @@ def features_step(role: str, feature: str, layers: int) -> dict:
     forward_backward = probe.phase("fwd_bwd")
     engine.optimizer_step(loss_sum.detach())
     return probe.at_start | held | forward_backward | probe.phase("optimizer")
+
+
+def _engine(model, layout):
+    """The workers' TrainEngine (AdamW at its defaults, clipping at 1) for ``model`` on ``layout``'s ranks."""
+    from dtppo.config import OptimizerConfig, SchedulerConfig
+    from dtppo.workers.engine import TrainEngine
+
+    return TrainEngine(
+        model,
+        OptimizerConfig(),
+        SchedulerConfig(),
+        1.0,
+        layout.device,
+        layout.dp_rank,
+        layout.dp_size,
+        layout.dp_group,
+        model_group=layout.model_group,
+    )
 
 
 class _Probe:
@@ -402,6 +417,109 @@ def main_features(layers: int, out: Path) -> None:
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
+LORA_MODES = {"full": 0, "lora-r16": 16, "lora-r64": 64}
+
+
+def lora_resident(mode: str, layers: int) -> dict:
+    """Policy, reference and critic as the workers build them for ``mode``, one warm-up step each; MiB per rank."""
+    import copy
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Model
+
+    from dtppo.config import LoraConfig, ParallelConfig
+    from dtppo.distributed.comm import world_size
+    from dtppo.models.lora import add_adapters
+    from dtppo.models.value import ValueModel
+    from dtppo.workers.layout import RankLayout
+
+    torch.manual_seed(0)
+    config = Qwen2Config(**(QWEN_05B | {"num_hidden_layers": layers}), max_position_embeddings=4096)
+    config._attn_implementation = "sdpa"
+    lora = LoraConfig(rank=LORA_MODES[mode], alpha=2.0 * max(1, LORA_MODES[mode]))
+    policy, backbone = Qwen2ForCausalLM(config), Qwen2Model(config)
+    if lora.enabled:
+        add_adapters(policy, lora, seed=0)
+        add_adapters(backbone, lora, seed=0)
+    layout = RankLayout(ParallelConfig(), range(world_size()))
+    reference = None if lora.enabled else layout.wrap(copy.deepcopy(policy).eval().requires_grad_(False))
+    models = {"policy": layout.wrap(policy), "critic": layout.wrap(ValueModel(backbone))}
+    before = _reset_peak()
+    ids = torch.randint(0, config.vocab_size, (1, 16))
+    engines = {}
+    for name, model in models.items():
+        engine = engines[name] = _engine(model, layout)
+        out = model(input_ids=ids).logits if name == "policy" else model.values(ids, torch.ones_like(ids))
+        out.float().square().mean().backward()
+        engine.optimizer_step()
+
+    def local_mib(tensors) -> float:  # fp32: 4 bytes each, this rank's shard of a sharded tensor
+        return sum((t.to_local() if hasattr(t, "to_local") else t).numel() for t in tensors) * 4 / 2**20
+
+    row = {
+        f"{name}_params_MiB": local_mib(m.parameters())
+        for name, m in (models | {"reference": reference}).items()
+        if m is not None
+    }
+    row["reference_params_MiB"] = row.get("reference_params_MiB", 0.0)
+    row["trainable_params"] = sum(
+        (p.to_local() if hasattr(p, "to_local") else p).numel()
+        for m in models.values()
+        for p in m.parameters()
+        if p.requires_grad
+    )
+    row["optimizer_state_MiB"] = local_mib(
+        t for e in engines.values() for state in e.optimizer.state.values() for t in state.values() if t.dim() > 0
+    )
+    row["resident_MiB"] = _status_kib("VmRSS") / 1024
+    row["warmup_peak_MiB"] = _status_kib("VmHWM") / 1024
+    row["resident_before_warmup_MiB"] = before / 1024
+    cuda = layout.device.type == "cuda"  # on a GPU what matters is the device's: allocated between steps, peak
+    row["device_resident_MiB"] = torch.cuda.memory_allocated() / 2**20 if cuda else None
+    row["device_peak_MiB"] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    return row
+
+
+def _lora_rank(mode: str, layers: int, out: str) -> None:
+    _write_rank_result(out, lora_resident(mode, layers))
+
+
+def lora_rows(layers: int, ranks: tuple[int, ...], command: str) -> list[dict]:
+    """Every (ranks, mode) measurement, each in a fresh process (group); per rank: the largest rank's figures."""
+    rows = []
+    for world in ranks:
+        for mode in LORA_MODES:
+            per_rank = in_child("_lora_rank", (mode, layers), world)
+            worst = {k: None if per_rank[0][k] is None else max(r[k] for r in per_rank) for k in per_rank[0]}
+            rows.append({"ranks": world, "mode": mode, **worst, "command": command})
+            shown = ", ".join(f"{k} {v:,.0f}" for k, v in worst.items() if v is not None)
+            print(f"dp={world} {mode}: {shown}", flush=True)
+    return rows
+
+
+def main_lora(layers: int) -> None:
+    rows = lora_rows(layers, (1, 2), f"python bench/memory.py lora --layers {layers}")
+    print(
+        f"\n{'dp':>3} {'mode':<10}{'policy':>9}{'reference':>10}{'critic':>9}{'optimizer':>10}{'trainable':>13}"
+        f"{'resident':>10}{'peak':>9}   (per rank, MiB; trainable: parameters on this rank)"
+    )
+    for r in rows:
+        print(
+            f"{r['ranks']:>3} {r['mode']:<10}{r['policy_params_MiB']:>9.0f}{r['reference_params_MiB']:>10.0f}"
+            f"{r['critic_params_MiB']:>9.0f}{r['optimizer_state_MiB']:>10.0f}{r['trainable_params']:>13,}"
+            f"{r['resident_MiB']:>10.0f}{r['warmup_peak_MiB']:>9.0f}"
+        )
+    meta = {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M"),
+        "shape": QWEN_05B | {"num_hidden_layers": layers},
+        "lora": "rank r, alpha 2r, all-linear (q,k,v,o,gate,up,down) on the policy and the critic's backbone",
+        "precision": "fp32, CPU" if not _cuda() else "bf16 params, fp32 reduce (FSDP2), CUDA",
+    }
+    out = Path(__file__).resolve().parent / "results" / "memory_lora.json"
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
 def _cuda() -> bool:
     import torch
 
@@ -410,7 +528,7 @@ def _cuda() -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", nargs="?", choices=["ppo", "vocab", "features"], default="ppo")
+    parser.add_argument("what", nargs="?", choices=["ppo", "vocab", "features", "lora"], default="ppo")
     parser.add_argument("--layers", type=int, default=QWEN_05B["num_hidden_layers"])
     parser.add_argument(
         "--out",
@@ -422,6 +540,8 @@ def main() -> None:
         main_vocab(args.layers)
     elif args.what == "features":
         main_features(args.layers, Path(args.out))
+    elif args.what == "lora":
+        main_lora(args.layers)
     else:
         main_ppo()
 

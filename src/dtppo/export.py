@@ -6,9 +6,11 @@ from pathlib import Path
 
 from dtppo import checkpoint
 from dtppo import config as config_lib
+from dtppo.config import LoraConfig
 from dtppo.faults import InputError
 from dtppo.models.causal_lm import build_policy, tiny_qwen2_config
 from dtppo.models.description import build_described, described
+from dtppo.models.lora import add_adapters, frozen_base, merged_model, save_adapter
 from dtppo.models.ties import tied_names, untied
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
@@ -31,6 +33,11 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
     """Write ``out_dir/policy`` (causal LM) and ``out_dir/critic`` (token classification, num_labels=1); a
     GRPO run (``ppo.advantage_estimator=grpo``) has no critic, so only the policy is written.
 
+    A model trained with LoRA (``policy.lora`` / ``value.lora``) is written twice: merged (the directories above,
+    plain HF models) and its adapter alone in PEFT's format (``policy-adapter``, ``critic-adapter``: the
+    backbone's adapter; the critic's head is in ``critic``). When the base is not a directory (a tiny model built
+    from its config) it is written too (``policy-base``, ``critic-base``), so the adapter has a base to load on.
+
     The models are rebuilt from the checkpoint's own ``hf/`` (configs and tokenizer); a checkpoint written before
     it had one is rebuilt from the directories its config names, which must then still exist."""
     step_dir = resolve_step_dir(checkpoint_dir)
@@ -41,6 +48,10 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
         tokenizer, policy, backbone = build_described(hf_dir)
     else:
         tokenizer, policy, backbone = _build_from_sources(cfg)
+    loras = {"policy": cfg.policy.lora, "value": cfg.value.lora}
+    for model, lora in ((policy, loras["policy"]), (backbone, loras["value"])):
+        if model is not None and lora.enabled:
+            add_adapters(model, lora, cfg.ppo.seed)
     models = {"policy": policy}
     if backbone is not None:
         models["value"] = ValueModel(backbone, shift=cfg.value.shift_values)
@@ -49,13 +60,38 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
     weights = {role: {"model": untied(model.state_dict(), ties[role])} for role, model in models.items()}
     checkpoint.load(step_dir, weights)
     written = []
+    bases = {"policy": cfg.policy_init_path, "value": cfg.value_init_path}
     for role, model in models.items():
         state = weights[role]["model"]
         model.load_state_dict(state | {alias: state[first] for alias, first in ties[role].items()})
-        target = Path(out_dir) / ("policy" if role == "policy" else "critic")
-        model.save_pretrained(target)
+        name = "policy" if role == "policy" else "critic"
+        target = Path(out_dir) / name
+        _merged(model).save_pretrained(target)
         tokenizer.save_pretrained(target)
         written.append(target)
+        if loras[role].enabled:
+            written += _write_adapter(model, loras[role], Path(out_dir), name, bases[role], tokenizer)
+    return written
+
+
+def _merged(model):
+    """The model with its adapters merged: a causal LM, or a ValueModel around its merged backbone."""
+    if isinstance(model, ValueModel):
+        return ValueModel(merged_model(model.backbone), shift=model.shift, head=(model.score.weight, model.score.bias))
+    return merged_model(model)
+
+
+def _write_adapter(model, lora: LoraConfig, out_dir: Path, name: str, base: str | None, tokenizer) -> list[Path]:
+    """``out_dir/<name>-adapter`` (PEFT's format), plus ``<name>-base`` when the base is no directory to point at."""
+    adapted = model.backbone if isinstance(model, ValueModel) else model
+    written = []
+    if base is None or not Path(base).is_dir():
+        base_dir = out_dir / f"{name}-base"
+        frozen_base(adapted).save_pretrained(base_dir)
+        tokenizer.save_pretrained(base_dir)
+        written.append(base_dir)
+        base = str(base_dir.resolve())
+    written.append(save_adapter(adapted, lora, out_dir / f"{name}-adapter", base))
     return written
 
 

@@ -22,7 +22,8 @@ from dtppo.distributed.comm import broadcast_object, is_main_rank
 from dtppo.envs.interface import episode_row
 from dtppo.evaluation import Responses, sample_responses
 from dtppo.faults import CheckpointError, GenerationError, InputError
-from dtppo.rollout.remote import GenerationClient, RemoteBatch, connect_client, flatten_weights, weight_names
+from dtppo.models.weights import weight_names
+from dtppo.rollout.remote import GenerationClient, RemoteBatch, connect_client, flatten_weights
 from dtppo.rollout.sampler import SamplingParams, stream_key
 from dtppo.types import ROLLOUT_FIELDS, Experience
 from dtppo.workers.role import PolicyRole

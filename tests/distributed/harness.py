@@ -15,7 +15,7 @@ from dtppo import config as config_lib
 from dtppo.distributed.comm import rank
 from dtppo.distributed.launch import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.rollout.vllm_engine import full_parameters
+from dtppo.models.weights import full_parameters
 from dtppo.types import Experience, build_response_mask
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
@@ -81,7 +81,7 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
     policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
     exp = synthetic_experience(len(tok))
     values, logprobs = value.get_values(exp), policy.get_logprobs(exp)
-    reference = policy.get_reference_logprobs(exp) if policy.reference is not None else None
+    reference = policy.get_reference_logprobs(exp) if cfg.loss.kl_coef > 0 else None
     noise = torch.randn(logprobs.shape, generator=torch.Generator().manual_seed(1)) * 0.1
     exp = exp.replace(old_values=values + 0.3 * noise, old_logprobs=logprobs + noise, ref_logprobs=reference)
     value_metrics, policy_metrics = value.train(exp), policy.train(exp)

@@ -203,3 +203,19 @@ def test_multi_turn_episodes_on_the_engine(cli_runs, sft_dir):
     for r in records:
         assert r["train/token_mult_prob_error"] <= 1.001
         assert r["train/episodes/turns"] > 1.2 and r["train/episodes/observation_tokens"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_lora_refit_streams_merged_weights(cli_runs, sft_dir, workers):
+    """LoRA on the policy (docs/lora.md): the engine gets the adapters merged into the weights after every update,
+    so its log-probs of the sampled tokens match the trainer's to fp32 round-off at every step; a one-step-old
+    engine's would not (test_without_the_refit_the_same_check_fails)."""
+    lora = ["policy.lora.rank=8", "value.lora.rank=8", "policy.optimizer.lr=1e-3", "loss.kl_coef=0.05"]
+    proc = run_cli(_args(sft_dir, f"lora{workers}", 3, workers, *lora, "ppo.val_period=3"), cli_runs)
+    assert "policy: LoRA rank 8" in proc.stdout
+    records = _steps(cli_runs, f"lora{workers}")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for r in records:
+        assert r["train/seq_mult_prob_error/max"] <= 1 + 1e-5, r["train/seq_mult_prob_error/max"]
+        assert r["train/kl_penalty"] > 0 or r["step"] == 1  # the adapters moved the policy off its reference

@@ -5,10 +5,13 @@ rows gathered from several generation ranks, and the prompt queue that draws bat
 import torch
 
 from dtppo import config as config_lib
+from dtppo.config import LoraConfig
 from dtppo.data.loader import PromptLoader, build_sources
 from dtppo.models.causal_lm import build_policy
+from dtppo.models.lora import add_adapters
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.rollout.remote import concat_rows, flatten_weights, weight_names
+from dtppo.models.weights import full_parameters, weight_names
+from dtppo.rollout.remote import concat_rows, flatten_weights
 from dtppo.rollouts import PromptQueue
 from dtppo.types import Experience
 
@@ -38,6 +41,30 @@ def test_a_weight_message_carries_each_parameter_once_and_loads_back_exactly(rep
     for name, tensor in served.state_dict().items():
         assert torch.equal(tensor, state[name]), name
     assert served.lm_head.weight.data_ptr() == served.model.embed_tokens.weight.data_ptr()  # still tied
+
+
+def test_an_adapted_policy_sends_its_merged_weights_under_the_plain_names(repo_root, monkeypatch):
+    """LoRA (docs/lora.md): the trainer's model has adapters, a generation rank's has none; the message carries the
+    adapters merged into their layers' weights, in the generation side's order."""
+    monkeypatch.chdir(repo_root)
+    trained, served = add_adapters(_policy(0), LoraConfig(rank=4, alpha=8.0), seed=0), _policy(1)
+    with torch.no_grad():
+        for name, param in trained.named_parameters():
+            if ".lora_B." in name:
+                param.normal_(std=0.3)
+    names = weight_names(trained)
+    assert names == weight_names(served)
+    flat = flatten_weights(dict(full_parameters(trained, torch.device("cpu"))), names)
+    params, offset = dict(served.named_parameters()), 0
+    with torch.no_grad():
+        for name in names:
+            params[name].copy_(flat[offset : offset + params[name].numel()].view_as(params[name]))
+            offset += params[name].numel()
+    ids = torch.randint(3, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        gap = (served(input_ids=ids).logits - trained(input_ids=ids).logits).abs().max()
+        unmerged = (served(input_ids=ids).logits - _policy(0)(input_ids=ids).logits).abs().max()
+    assert float(gap) < 1e-5 and float(unmerged) > 1e-2
 
 
 def _part(rows: int, width: int, start: int) -> Experience:

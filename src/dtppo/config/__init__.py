@@ -21,6 +21,7 @@ from dtppo.config.run import CheckpointingConfig, ClusterConfig, LoggerConfig, M
 from dtppo.config.schema import Config
 from dtppo.config.training import (
     GenerationConfig,
+    LoraConfig,
     LossConfig,
     ModelConfig,
     OptimizerConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "EnvConfig",
     "GenerationConfig",
     "LoggerConfig",
+    "LoraConfig",
     "LossConfig",
     "MlflowConfig",
     "ModelConfig",

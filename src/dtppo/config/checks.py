@@ -22,6 +22,7 @@ def check(cfg: Config) -> None:
     for section in ("policy", "value") if cfg.has_critic else ("policy",):
         _check_layout(cfg, section)
         _check_batches(cfg, section)
+        _check_lora(cfg, section)
     _check_tiny_tensor_parallel(cfg)
     require(
         not (cfg.data.task == "custom" and cfg.ppo.init_from_sft),
@@ -196,6 +197,18 @@ def _check_layout(cfg: Config, section: Literal["policy", "value"]) -> None:
         f"{section}.parallel.dp_replicate",
         f"{parallel.dp_replicate} must divide the {section} pool's {pool // parallel.tp} data-parallel ranks "
         f"(its ranks / {key})",
+    )
+
+
+def _check_lora(cfg: Config, section: Literal["policy", "value"]) -> None:
+    """Adapters wrap the linear layers the tensor-parallel plan shards (PEFT's layers are not nn.Linear): LoRA
+    trains under FSDP2 at tp = 1 only."""
+    part = getattr(cfg, section)
+    require(
+        not part.lora.enabled or part.parallel.tp == 1,
+        f"{section}.parallel.tp",
+        f"must be 1 with {section}.lora.rank > 0 (tensor parallelism shards nn.Linear layers, and the adapters "
+        f"replace them; LoRA runs under FSDP2 data parallelism), got {part.parallel.tp}",
     )
 
 

@@ -125,6 +125,8 @@ def _coerce(hint: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: must be one of {list(args)}, got {value!r}")
         return value
     if origin is tuple and args[-1:] == (Ellipsis,):
+        if args[0] is str and isinstance(value, str):
+            value = [value]  # a list of names given as one name (``target_modules: all-linear``)
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {value!r}")
         return tuple(_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))

@@ -182,6 +182,41 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """Low-rank adapters (LoRA, Hu et al. 2021, through PEFT) instead of full fine-tuning: the model's weights stay
+    frozen and each targeted linear layer learns W + (alpha / rank)·B·A. rank 0 = full fine-tuning."""
+
+    rank: int = 0
+    """r, the adapters' rank; 0 trains every weight (no adapters)."""
+    alpha: float = 16.0
+    """LoRA's alpha: the update is scaled by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on each adapter's input while training."""
+    target_modules: tuple[str, ...] = ("all-linear",)
+    """Module names that get adapters (PEFT's ``target_modules``); ``[all-linear]``: every linear layer of the
+    decoder (not the LM head, not the critic's value head, which trains whole)."""
+    adapter_path: str | None = None
+    """A PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``) to start from instead of
+    a fresh adapter (B = 0); its rank, alpha and target modules must be the ones above."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    def __post_init__(self) -> None:
+        require(self.rank >= 0, "rank", f"must be >= 0 (0 = no adapters), got {self.rank}")
+        require(0.0 < self.alpha < math.inf, "alpha", f"must be finite and > 0, got {self.alpha}")
+        require(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}")
+        require(len(self.target_modules) > 0, "target_modules", "must name at least one module (or all-linear)")
+        require(
+            "all-linear" not in self.target_modules or len(self.target_modules) == 1,
+            "target_modules",
+            "all-linear stands alone: it already names every linear layer",
+        )
+        require(self.adapter_path is None or self.enabled, "adapter_path", "needs rank > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     """The actor: its model, layout, optimizer, schedule, sampling and batch sizes."""
 
@@ -195,6 +230,8 @@ class PolicyConfig:
     """The policy's learning-rate schedule."""
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     """Rollout sampling."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Adapters instead of full fine-tuning; the KL reference is then this model with its adapters off."""
     train_global_batch_size: int = 32
     """Samples per optimizer step (a minibatch); divides the samples per step and the data-parallel ranks."""
     train_micro_batch_size: int = 32
@@ -240,6 +277,8 @@ class ValueConfig:
     """The critic's AdamW."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     """The critic's learning-rate schedule."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Adapters on the critic's backbone instead of full fine-tuning; the value head always trains whole."""
     train_global_batch_size: int = 32
     """As ``policy.train_global_batch_size``."""
     train_micro_batch_size: int = 32

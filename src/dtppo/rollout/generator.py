@@ -14,10 +14,10 @@ from typing import Literal, Protocol
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PreTrainedModel
 
 from dtppo.config import GenerationConfig
+from dtppo.models.weights import full_parameters, load_weights
 from dtppo.rollout.decoder import HFCacheDecoder, StaticKVDecoder, static_decoder_supported
 from dtppo.rollout.sampler import SamplingParams, left_padded, sample_tokens
 from dtppo.types import Experience
@@ -151,10 +151,10 @@ class TorchGenerator:
         return decoder
 
     def refit(self, trained: nn.Module, version: int) -> None:
-        """The sharded model's full state dict into the replica (collective); nothing to copy when the generator
-        samples the training model itself."""
+        """The trained model's whole weights (adapters merged, ``models.weights``) into the replica (collective when
+        sharded); nothing to copy when the generator samples the training model itself."""
         if trained is not self.model:
-            self.model.load_state_dict(get_model_state_dict(trained, options=StateDictOptions(full_state_dict=True)))
+            load_weights(self.model, full_parameters(trained, next(self.model.parameters()).device))
         self.version = version
 
     def close(self) -> None:

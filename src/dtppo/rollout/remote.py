@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from dtppo.config import Config
 from dtppo.distributed.bridge import TRAINER, Bridge, BridgeError
@@ -34,7 +33,9 @@ from dtppo.distributed.launch import run_worlds
 from dtppo.distributed.parallelize import compute_dtype
 from dtppo.faults import GenerationError
 from dtppo.models.causal_lm import build_policy, stop_token_ids
+from dtppo.models.lora import add_adapters, merged_model
 from dtppo.models.tokenizer import load_tokenizer
+from dtppo.models.weights import weight_names
 from dtppo.rollout.generator import Generator, build_generator
 from dtppo.rollout.sampler import SamplingParams
 from dtppo.types import ROLLOUT_FIELDS, Experience
@@ -55,12 +56,6 @@ class RemoteBatch:
     waited: float
     loading: float
     cycle: float
-
-
-def weight_names(model: nn.Module) -> list[str]:
-    """The parameters a weight message carries, in order: each tied parameter once (both ends build the same
-    architecture, so both get the same list)."""
-    return [name for name, _ in model.named_parameters()]
 
 
 # ---------------------------------------------------------------------------------------------- trainer side
@@ -224,7 +219,10 @@ class GenerationService:
         torch.manual_seed(cfg.ppo.seed)
         self.tokenizer = load_tokenizer(cfg.policy_init_path)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        model = build_policy(cfg, self.tokenizer).to(device).eval().requires_grad_(False)
+        model = build_policy(cfg, self.tokenizer)
+        if cfg.policy.lora.enabled:  # the trainer's starting weights: its adapter (from adapter_path) merged
+            model = merged_model(add_adapters(model, cfg.policy.lora, cfg.ppo.seed))
+        model = model.to(device).eval().requires_grad_(False)
         for param in model.parameters():
             param.data = param.data.to(compute_dtype())
         self.model = model

@@ -24,15 +24,15 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from dtppo.models.ties import tied_names, untied
+from dtppo.models.weights import full_parameters
 from dtppo.rollout.sampler import SamplingParams, left_padded, right_padded, splitmix
 from dtppo.types import Experience
 
@@ -71,16 +71,6 @@ def _untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The state dict with each tensor once, under its first name: a tied lm_head is left out (as HF saves it),
     so the embedding it shares is what vLLM loads."""
     return {name: t.detach().contiguous() for name, t in untied(model.state_dict(), tied_names(model)).items()}
-
-
-def full_parameters(model: nn.Module, device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, whole tensor) per parameter of ``model`` (sharded or not), gathered lazily: collective, every
-    policy rank iterates. Tied parameters come under each of their names: vLLM's CPU build keeps a separate
-    (repacked) copy of a tied lm_head, which would otherwise keep its old weights."""
-    for name, param in model.named_parameters(remove_duplicate=False):
-        data = param.detach()
-        # Offloaded shards live in host memory: gathered on the device, as FSDP2's own all-gathers are.
-        yield name, data.to(device).full_tensor() if isinstance(data, DTensor) else data
 
 
 class VLLMEngine:

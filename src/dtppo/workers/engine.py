@@ -72,8 +72,10 @@ class TrainEngine:
         self.name, self.max_consecutive_nonfinite = name, max_consecutive_nonfinite
         self.dp_rank, self.dp_size, self.dp_group = dp_rank, dp_size, dp_group
         self.model_group = model_group  # every rank holding the model: the gradient norm's one all-reduce
+        # Only what trains: with LoRA the frozen base has no optimizer state, gradient or share in the norm.
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            model.parameters(),
+            self.params,
             lr=optim.lr,
             betas=optim.betas,
             eps=optim.eps,
@@ -93,7 +95,7 @@ class TrainEngine:
         NonFiniteError: one bad batch is noise, a streak means the weights or the data are broken and more
         steps only burn compute. The decision is the same on every rank: the norm and the loss are global.
         """
-        grad_norm = clip_grad_norm_(list(self.model.parameters()), self.max_grad_norm, self.model_group)
+        grad_norm = clip_grad_norm_(self.params, self.max_grad_norm, self.model_group)
         finite = torch.isfinite(grad_norm) if loss is None else torch.isfinite(grad_norm) & torch.isfinite(loss)
         if bool(finite):
             self.optimizer.step()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
@@ -14,6 +13,9 @@ from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import gen_logprob_error
 from dtppo.models.causal_lm import build_policy, stop_token_ids
 from dtppo.models.logprobs import token_logprobs
+from dtppo.models.lora import adapters_disabled, add_adapters, merged_model
+from dtppo.models.lora import describe as describe_lora
+from dtppo.models.weights import full_parameters
 from dtppo.packing import pack_rows
 from dtppo.rollout.episodes import with_episodes
 from dtppo.rollout.generator import Generator, build_generator
@@ -24,7 +26,8 @@ from dtppo.workers.layout import RankLayout
 
 
 class PolicyWorker(Worker):
-    """Owns the policy model, its optimizer and (when KL is used) a frozen reference copy.
+    """Owns the policy model, its optimizer and (when KL is used) a frozen reference copy; with LoRA
+    (``policy.lora``) the reference is the policy with its adapters off, and there is no copy.
 
     Log-probs are taken under ``softmax(logits / temperature)``, the distribution generation samples from,
     so ``train/token_mult_prob_error`` measures only numerical drift; only response tokens' (the rest is 0).
@@ -39,12 +42,18 @@ class PolicyWorker(Worker):
         full = build_policy(cfg, tokenizer)
         # Copies are taken on the CPU, before the policy is wrapped: one device copy each.
         section = cfg.policy
+        if section.lora.enabled:
+            add_adapters(full, section.lora, cfg.ppo.seed)
+            if is_main_rank():
+                print(f"policy: {describe_lora(full, section.lora)}", flush=True)
         # With generation ranks the policy is sampled there (rollout.remote), from weights this worker sends.
         self.generator: Generator | None = None
         if cfg.cluster.generation_ranks == 0:
+            # A generator samples plain weights, adapters merged in (its static decoder reads weight tensors, not
+            # modules): with adapters, a merged copy of its own, refitted after each update as a replica is.
             engine = build_generator(
                 section.generation,
-                full,
+                merged_model(full),
                 stop_token_ids(full, tokenizer),
                 tokenizer.pad_token_id,
                 max_prompt_tokens=cfg.generation_prompt_tokens,
@@ -56,7 +65,7 @@ class PolicyWorker(Worker):
             if is_main_rank():
                 print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
-        if cfg.loss.kl_coef > 0.0:
+        if cfg.loss.kl_coef > 0.0 and not section.lora.enabled:
             # Offloaded with the policy when it is: a frozen model's parameters are all the memory it has.
             self.reference = self.layout.wrap(
                 copy.deepcopy(full).eval().requires_grad_(False), cpu_offload=section.cpu_offload
@@ -78,8 +87,9 @@ class PolicyWorker(Worker):
             self.generator.refit(self.model, version)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole policy's weights, on every policy rank (collective when sharded): what generation ranks get."""
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
+        """The whole policy's weights under their plain HF names, adapters merged, on every policy rank (collective
+        when sharded): what generation ranks get (``models.weights``)."""
+        return dict(full_parameters(self.model, self.layout.device))
 
     def close(self) -> None:
         self.generator.close()
@@ -111,8 +121,11 @@ class PolicyWorker(Worker):
 
     @torch.no_grad()
     def get_reference_logprobs(self, experience: Experience) -> torch.Tensor:
-        """Log-probs of the frozen reference policy. Returns [B, T] float32."""
-        assert self.reference is not None, "reference log-probs need loss.kl_coef > 0"
+        """Log-probs of the frozen reference policy (with LoRA: the policy, adapters off). Returns [B, T] float32."""
+        assert self.cfg.loss.kl_coef > 0.0, "reference log-probs need loss.kl_coef > 0"
+        if self.cfg.policy.lora.enabled:
+            with adapters_disabled(self.model):
+                return self._logprobs(self.model, experience)
         return self._logprobs(self.reference, experience)
 
     def _logprobs(self, model: torch.nn.Module, experience: Experience) -> torch.Tensor:

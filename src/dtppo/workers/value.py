@@ -7,9 +7,12 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import value_loss
 from dtppo.config import Config
+from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import value_grad_scale
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.loading import disable_dropout
+from dtppo.models.lora import add_adapters
+from dtppo.models.lora import describe as describe_lora
 from dtppo.models.value import ValueModel, build_backbone, reward_model_head
 from dtppo.types import Experience
 from dtppo.workers.base import Worker
@@ -28,6 +31,8 @@ class ValueWorker(Worker):
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = disable_dropout(build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed))
+        if cfg.value.lora.enabled:  # on the backbone only: the head below is not an adapted layer and trains whole
+            add_adapters(backbone, cfg.value.lora, cfg.ppo.seed)
         self.layout = layout or RankLayout(cfg.value.parallel)
         # A reward-model directory (value.model.path = reward.model.path, TRL's convention) also gives its head.
         head = reward_model_head(cfg.value_init_path)
@@ -39,6 +44,8 @@ class ValueWorker(Worker):
             sequence_packing=cfg.value.sequence_packing,
             head=head,
         )
+        if cfg.value.lora.enabled and is_main_rank():
+            print(f"value: {describe_lora(critic, cfg.value.lora)} (the value head included)", flush=True)
         self.model = self.layout.wrap(critic, cfg.value.activation_checkpointing, cfg.value.cpu_offload)
         self.engine = self._build_engine(cfg.value)
 
