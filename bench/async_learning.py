@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critic import mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
 from dtppo.logging import read_metrics  # noqa: E402
-from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, train_sft, usable_sft_models  # noqa: E402
+from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, usable_sft_models  # noqa: E402
 
 RECIPE = "recipes/tiny-math-mixed-cpu.yaml"
 LAYOUT = ["cluster.workers_per_node=2", "cluster.generation_ranks=1", "loss.rollout_is=token"]
@@ -103,11 +103,8 @@ def main() -> None:
     if 0 not in args.lags:
         raise SystemExit("--lags must include 0 (the reference arm)")
 
-    def train(seed: int) -> int:
-        return train_sft(RECIPE, args.root, seed, sft_args(args.root, seed))
-
     with ThreadPoolExecutor(args.jobs) as pool:
-        seeds = usable_sft_models(pool, train, args.sft_seeds)
+        seeds = usable_sft_models(pool, RECIPE, args.root, args.sft_seeds, sft_args)
         jobs = [
             pool.submit(ppo_run, args.root, seed, lag, correction)
             for seed in seeds

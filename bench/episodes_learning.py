@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critic import mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
 from dtppo.faults import OBSERVATIONS_AS_ACTIONS_ENV  # noqa: E402
 from dtppo.logging import read_metrics  # noqa: E402
-from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, train_sft, usable_sft_models  # noqa: E402
+from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, usable_sft_models  # noqa: E402
 
 RECIPE = "examples/calculator-task.yaml"
 # Each arm: its overrides and its environment variables. Without the tool a response gets the episodes' token budget.
@@ -101,11 +101,8 @@ def main() -> None:
     if not (REPO / "runs" / "calculator-task" / "train.jsonl").is_file():
         raise SystemExit("no data: run python examples/make_calculator_task.py runs/calculator-task first")
 
-    def train(seed: int) -> int:
-        return train_sft(RECIPE, args.root, seed, sft_args(args.root, seed))
-
     with ThreadPoolExecutor(args.jobs) as pool:
-        seeds = usable_sft_models(pool, train, args.sft_seeds)
+        seeds = usable_sft_models(pool, RECIPE, args.root, args.sft_seeds, sft_args)
         jobs = [pool.submit(ppo_run, args.root, seed, arm) for seed in seeds for arm in ARMS]
         runs = []
         for job in jobs:

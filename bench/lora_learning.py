@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critic import mean_ci95, paired_ci95, per_sft_model, sft_figures, summarise  # noqa: E402
 from dtppo.logging import read_metrics  # noqa: E402
-from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, train_sft, usable_sft_models  # noqa: E402
+from sft_units import COMMON, REPO, parser, print_summary, run_dtppo, usable_sft_models  # noqa: E402
 
 RECIPE = "recipes/tiny-math-critic-cpu.yaml"
 STEPS = 40
@@ -67,11 +67,8 @@ def main() -> None:
     jobs_help = "runs side by side (each one process of 1 thread)"
     args = parser(__doc__.splitlines()[0], "lora_learning", "lora_learning.json", jobs_help).parse_args()
 
-    def train(seed: int) -> int:
-        return train_sft(RECIPE, args.root, seed, sft_args(args.root, seed))
-
     with ThreadPoolExecutor(args.jobs) as pool:
-        seeds = usable_sft_models(pool, train, args.sft_seeds)
+        seeds = usable_sft_models(pool, RECIPE, args.root, args.sft_seeds, sft_args)
         jobs = [pool.submit(ppo_run, args.root, seed, arm) for seed in seeds for arm in ARMS]
         runs = []
         for job in jobs:

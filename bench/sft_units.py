@@ -41,9 +41,12 @@ def train_sft(recipe: str, root: Path, seed: int, sft_args: list[str]) -> int:
     return int(marker.read_text())
 
 
-def usable_sft_models(pool: Executor, train: Callable[[int], int], seeds: list[int]) -> list[int]:
-    """The seeds whose SFT model reached its floor (each trained in ``pool``); the others are named and left out."""
-    jobs = {seed: pool.submit(train, seed) for seed in seeds}
+def usable_sft_models(
+    pool: Executor, recipe: str, root: Path, seeds: list[int], sft_args: Callable[[Path, int], list[str]]
+) -> list[int]:
+    """The seeds whose SFT model of ``recipe`` reached its floor (each trained in ``pool`` by :func:`train_sft`,
+    ``sft_args(root, seed)`` its seed and output directory); the others are named and left out."""
+    jobs = {seed: pool.submit(train_sft, recipe, root, seed, sft_args(root, seed)) for seed in seeds}
     usable = [seed for seed, job in jobs.items() if job.result() == 0]
     for seed in sorted(set(seeds) - set(usable)):
         print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")

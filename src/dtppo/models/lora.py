@@ -6,7 +6,7 @@ Adapters are injected into the HF model in place (``peft.inject_adapter_in_model
 ``PeftModel``: module paths stay the HF ones, so FSDP2 finds the decoder blocks, activation checkpointing and the
 tied-name logic work unchanged, and the critic's value head, which is not part of the backbone, is never a PEFT
 module (verl and SkyRL crashed, or left the head frozen, by giving PEFT a causal-LM task type for a critic).
-PEFT is imported only where adapters are built, switched or saved: a run without them never loads it.
+PEFT is imported only where adapters are built or saved: a run without them never loads it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dtppo.config import LoraConfig
 from dtppo.faults import InputError
 
 ADAPTER = "default"  # PEFT's name for a model's one adapter
+ADAPTER_PARAMS = (f".lora_A.{ADAPTER}.weight", f".lora_B.{ADAPTER}.weight")  # how an adapter's tensors' names end
 _PEFT_PREFIX = "base_model.model."  # what PeftModel puts before the base model's parameter names on disk
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 
@@ -63,10 +64,6 @@ def adapted_layers(model: nn.Module) -> dict[str, nn.Module]:
     return {name: m for name, m in model.named_modules() if hasattr(m, "base_layer") and hasattr(m, "lora_A")}
 
 
-def has_adapters(model: nn.Module) -> bool:
-    return bool(adapted_layers(model))
-
-
 def describe(model: nn.Module, lora: LoraConfig) -> str:
     """One line for the run's start: the adapters and how much of the model trains."""
     total = sum(p.numel() for p in model.parameters())
@@ -87,18 +84,20 @@ def delta_weight(layer: nn.Module, lora_a: torch.Tensor, lora_b: torch.Tensor) -
 def merged_model(model: nn.Module) -> nn.Module:
     """``model`` itself when it has no adapters; else a copy with each adapter merged into its layer's weight and
     the PEFT layers replaced by the plain ones: the architecture a generator samples and an export writes."""
-    return _unwrapped(model, merge=True) if has_adapters(model) else model
+    layers = adapted_layers(model)
+    return _unwrapped(model, layers, merge=True) if layers else model
 
 
 def frozen_base(model: nn.Module) -> nn.Module:
     """A copy of the adapted ``model`` without its adapters: the frozen base it trains on."""
-    return _unwrapped(model, merge=False)
+    return _unwrapped(model, adapted_layers(model), merge=False)
 
 
-def _unwrapped(model: nn.Module, merge: bool) -> nn.Module:
+def _unwrapped(model: nn.Module, layers: dict[str, nn.Module], merge: bool) -> nn.Module:
+    """A copy of ``model`` with each of its adapted ``layers`` replaced by its base layer (merged into first)."""
     plain = copy.deepcopy(model)
     with torch.no_grad():
-        for name in adapted_layers(model):
+        for name in layers:
             layer = plain.get_submodule(name)
             base = layer.base_layer
             if merge:
@@ -114,9 +113,7 @@ def _unwrapped(model: nn.Module, merge: bool) -> nn.Module:
 def adapters_disabled(model: nn.Module) -> Iterator[None]:
     """Every adapter of ``model`` switched off around a block: the model computes as its frozen base (the KL
     reference of a LoRA policy, no second copy of the weights anywhere)."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    layers = adapted_layers(model).values()
     for layer in layers:
         layer.enable_adapters(False)
     try:
@@ -133,7 +130,7 @@ def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {
         _PEFT_PREFIX + name.removesuffix(suffix) + ".weight": param.detach().contiguous()
         for name, param in model.named_parameters()
-        if (".lora_A." in name or ".lora_B." in name) and name.endswith(suffix)
+        if name.endswith(ADAPTER_PARAMS)
     }
 
 

@@ -12,15 +12,13 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from dtppo.models.lora import ADAPTER, adapted_layers, delta_weight
-
-_LORA_PARTS = (f".lora_A.{ADAPTER}.weight", f".lora_B.{ADAPTER}.weight")
+from dtppo.models.lora import ADAPTER_PARAMS, adapted_layers, delta_weight
 
 
 def plain_name(name: str) -> str | None:
     """A parameter's name in the model without adapters (``q_proj.base_layer.weight`` -> ``q_proj.weight``); None
     for an adapter's own tensors, which merge into their layer's weight."""
-    if name.endswith(_LORA_PARTS):
+    if name.endswith(ADAPTER_PARAMS):
         return None
     return name.replace(".base_layer.", ".")
 
@@ -59,7 +57,11 @@ def full_parameters(model: nn.Module, device: torch.device) -> Iterator[tuple[st
 def _adapter_part(name: str, layers: dict[str, nn.Module]) -> tuple[str | None, str]:
     """(adapted layer, which of its weight / lora_A / lora_B) for a parameter that merges; (None, "") otherwise
     (a plain parameter, or an adapted layer's bias, which passes through unchanged)."""
-    for part, suffix in (("weight", ".base_layer.weight"), ("lora_A", _LORA_PARTS[0]), ("lora_B", _LORA_PARTS[1])):
+    for part, suffix in (
+        ("weight", ".base_layer.weight"),
+        ("lora_A", ADAPTER_PARAMS[0]),
+        ("lora_B", ADAPTER_PARAMS[1]),
+    ):
         if name.endswith(suffix) and name.removesuffix(suffix) in layers:
             return name.removesuffix(suffix), part
     return None, ""

@@ -220,8 +220,8 @@ class GenerationService:
         self.tokenizer = load_tokenizer(cfg.policy_init_path)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         model = build_policy(cfg, self.tokenizer)
-        if cfg.policy.lora.enabled:  # the trainer's starting weights: its adapter (from adapter_path) merged
-            model = merged_model(add_adapters(model, cfg.policy.lora, cfg.ppo.seed))
+        if cfg.policy.lora.adapter_path is not None:  # the trainer's starting weights: that adapter merged (a fresh
+            model = merged_model(add_adapters(model, cfg.policy.lora, cfg.ppo.seed))  # one has B = 0: the base)
         model = model.to(device).eval().requires_grad_(False)
         for param in model.parameters():
             param.data = param.data.to(compute_dtype())
