@@ -254,10 +254,11 @@ def latest_step(checkpoint_dir: str | Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def load(path: str | Path, sharded: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load(path: str | Path, sharded: dict[str, Any], local: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """Fill ``sharded`` (a state dict of the current layout) in place from ``path``; return the replicated
     state and the config mapping. Any subset of the saved keys may be requested. Every file is checked
-    against the manifest first; damage raises CheckpointError naming the file."""
+    against the manifest first; damage raises CheckpointError naming the file. ``local``: whole tensors read by
+    this process alone, not a collective over the ranks."""
     path = Path(path)
     try:
         verify(path)
@@ -265,7 +266,7 @@ def load(path: str | Path, sharded: dict[str, Any]) -> tuple[dict[str, Any], dic
         raise CheckpointError(f"{err}{_earlier_hint(path)}") from None
     _check_metadata(path / WEIGHTS_DIR / _DCP_METADATA)
     try:
-        dcp.load(sharded, checkpoint_id=str(path / WEIGHTS_DIR), planner=_RestrictedLoadPlanner())
+        dcp.load(sharded, checkpoint_id=str(path / WEIGHTS_DIR), planner=_RestrictedLoadPlanner(), no_dist=local)
     except CheckpointException as err:
         cause = next(iter(err.failures.values()), None) if err.failures else None
         if isinstance(cause, tuple) and isinstance(cause[0], pickle.UnpicklingError):

@@ -36,7 +36,26 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
     A model trained with LoRA (``policy.lora`` / ``value.lora``) is written twice: merged (the directories above,
     plain HF models) and its adapter alone in PEFT's format (``policy-adapter``, ``critic-adapter``: the
     backbone's adapter; the critic's head is in ``critic``). When the base is not a directory (a tiny model built
-    from its config) it is written too (``policy-base``, ``critic-base``), so the adapter has a base to load on.
+    from its config) it is written too (``policy-base``, ``critic-base``), so the adapter has a base to load on."""
+    cfg, tokenizer, models = checkpoint_models(checkpoint_dir)
+    loras = {"policy": cfg.policy.lora, "value": cfg.value.lora}
+    bases = {"policy": cfg.policy_init_path, "value": cfg.value_init_path}
+    written = []
+    for role, model in models.items():
+        name = "policy" if role == "policy" else "critic"
+        target = Path(out_dir) / name
+        merged_copy(model).save_pretrained(target)
+        tokenizer.save_pretrained(target)
+        written.append(target)
+        if loras[role].enabled:
+            written += _write_adapter(model, loras[role], Path(out_dir), name, bases[role], tokenizer)
+    return written
+
+
+def checkpoint_models(checkpoint_dir: str | Path, local: bool = False) -> tuple[config_lib.Config, object, dict]:
+    """(the run's config, its tokenizer, ``{"policy": causal LM, "value": ValueModel}``) with a checkpoint's weights
+    (its latest ``step_N`` when given the directory holding them), adapters included; no critic for a GRPO run.
+    ``local``: read in this process alone, outside any collective (a rank warm-starting its critic).
 
     The models are rebuilt from the checkpoint's own ``hf/`` (configs and tokenizer); a checkpoint written before
     it had one is rebuilt from the directories its config names, which must then still exist."""
@@ -48,8 +67,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
         tokenizer, policy, backbone = build_described(hf_dir)
     else:
         tokenizer, policy, backbone = _build_from_sources(cfg)
-    loras = {"policy": cfg.policy.lora, "value": cfg.value.lora}
-    for model, lora in ((policy, loras["policy"]), (backbone, loras["value"])):
+    for model, lora in ((policy, cfg.policy.lora), (backbone, cfg.value.lora)):
         if model is not None and lora.enabled:
             add_adapters(model, lora, cfg.ppo.seed)
     models = {"policy": policy}
@@ -58,24 +76,16 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path) -> list[P
     # Consolidates the shards of any layout into these whole models (weights only, no optimizer state).
     ties = {role: tied_names(model) for role, model in models.items()}
     weights = {role: {"model": untied(model.state_dict(), ties[role])} for role, model in models.items()}
-    checkpoint.load(step_dir, weights)
-    written = []
-    bases = {"policy": cfg.policy_init_path, "value": cfg.value_init_path}
+    checkpoint.load(step_dir, weights, local=local)
     for role, model in models.items():
         state = weights[role]["model"]
         model.load_state_dict(state | {alias: state[first] for alias, first in ties[role].items()})
-        name = "policy" if role == "policy" else "critic"
-        target = Path(out_dir) / name
-        _merged(model).save_pretrained(target)
-        tokenizer.save_pretrained(target)
-        written.append(target)
-        if loras[role].enabled:
-            written += _write_adapter(model, loras[role], Path(out_dir), name, bases[role], tokenizer)
-    return written
+    return cfg, tokenizer, models
 
 
-def _merged(model):
-    """The model with its adapters merged: a causal LM, or a ValueModel around its merged backbone."""
+def merged_copy(model):
+    """The model with its adapters merged (itself without adapters): a causal LM, or a ValueModel around its merged
+    backbone."""
     if isinstance(model, ValueModel):
         return ValueModel(merged_model(model.backbone), shift=model.shift, head=(model.score.weight, model.score.bias))
     return merged_model(model)

@@ -14,6 +14,12 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.bool(), x, torch.zeros_like(x)).sum()
 
 
+def weighted_sum(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Sum of ``x · weights`` over positions whose weight is not 0 (a 0/1 mask gives :func:`masked_sum`).
+    x, weights: [B, T]. Returns a 0-d tensor."""
+    return torch.where(weights != 0, x * weights, torch.zeros_like(x)).sum()
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over valid positions (0 when none). x, mask: [B, T]."""
     return masked_sum(x, mask) / mask.sum().clamp(min=1)

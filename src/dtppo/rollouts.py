@@ -63,6 +63,13 @@ class PromptQueue:
             self.next_step += 1
         return self.batches[step]
 
+    def draw_extra(self) -> tuple[list[Problem], list[list[int]]]:
+        """One more batch for the step being trained (dynamic sampling), from where the loader stands."""
+        cfg = self.cfg
+        problems = self.loader.next_batch(cfg.ppo.num_prompts_per_step)
+        problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
+        return problems, encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+
     def pop(self, step: int) -> tuple[list[Problem], list[list[int]]]:
         """Step's batch (drawing it if needed), forgotten here: the step is training on it."""
         batch = self.draw_through(step)
@@ -99,8 +106,16 @@ class LocalRollouts:
         self.prompts.draw_through(step)
 
     def take(self, step: int) -> Rollout:
-        problems, prompts = self.prompts.pop(step)
-        key, sample_ids = stream_key(self.cfg.ppo.seed, step), torch.arange(len(prompts))
+        return self._sample(step, *self.prompts.pop(step), extra=0)
+
+    def take_extra(self, step: int, extra: int) -> Rollout:
+        """Dynamic sampling's ``extra``-th additional batch for ``step`` (1, 2, ...): fresh prompts from the loader,
+        sampled with the step's stream key and sample ids past the earlier batches', so no two samples share
+        random numbers."""
+        return self._sample(step, *self.prompts.draw_extra(), extra=extra)
+
+    def _sample(self, step: int, problems: list[Problem], prompts: list[list[int]], extra: int) -> Rollout:
+        key, sample_ids = stream_key(self.cfg.ppo.seed, step), torch.arange(len(prompts)) + extra * len(prompts)
         with self.policy.generation():
             rows = [episode_row(p) for p in problems]
             experience = self.policy.generate(prompts, rollout_params(self.cfg), key, sample_ids, rows)

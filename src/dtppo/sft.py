@@ -30,7 +30,7 @@ from dtppo.logging import MetricsLogger
 from dtppo.metrics import to_floats
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import load_tokenizer
-from dtppo.ops import logprobs_from_logits, masked_sum
+from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.rollout.episodes import EpisodeGenerator
 from dtppo.rollout.generator import Generator, TorchGenerator
 from dtppo.types import Experience, build_episode_rows, build_response_mask
@@ -67,10 +67,12 @@ def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config, env: En
 
 
 def nll_loss_fn(model: PreTrainedModel):
+    """The response tokens' negative log-likelihood, a token mean over the batch (the engine's default weights)."""
+
     def loss_fn(micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
         logprobs = logprobs_from_logits(logits, micro.input_ids)
-        return -masked_sum(logprobs, micro.response_mask), {}
+        return -weighted_sum(logprobs, micro.loss_weights), {}
 
     return loss_fn
 

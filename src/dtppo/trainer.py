@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,11 +12,13 @@ import torch
 from dtppo import checkpoint
 from dtppo.algorithms.advantages import first_token_abs_mean, outcome_returns
 from dtppo.algorithms.kl import kl_estimate
-from dtppo.algorithms.losses import explained_var
+from dtppo.algorithms.losses import EV_MIN_RETURNS_VAR, explained_var
 from dtppo.algorithms.mismatch import mismatch_sample_mask, rollout_is_stats, rollout_is_weights, seq_mult_prob_error
+from dtppo.algorithms.shaping import overlong_penalty
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.data.loader import PromptLoader, build_sources
 from dtppo.distributed.comm import broadcast, is_main_rank
+from dtppo.dynamic_sampling import build_group_filter
 from dtppo.estimators import build_estimator
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
 from dtppo.faults import RunStopped
@@ -24,10 +27,11 @@ from dtppo.metrics import episode_metrics, mean_over, to_floats
 from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
-from dtppo.rewards.rewarder import Rewarder, check_reward_arguments
+from dtppo.rewards.rewarder import RewardBreakdown, Rewarder, check_reward_arguments, concat_breakdowns
 from dtppo.rollouts import Rollout, build_rollouts
 from dtppo.trackers import open_trackers
-from dtppo.types import Experience
+from dtppo.types import Experience, concat_rows
+from dtppo.warmup import CriticWarmup
 from dtppo.workers.layout import RankLayout
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.role import PolicyRole, ValueRole
@@ -68,6 +72,8 @@ class PPOTrainer:
             cluster.colocated,
         )
         self.estimate = build_estimator(cfg)
+        self.group_filter = build_group_filter(cfg)  # None: every prompt group trains
+        self.warmup = CriticWarmup(cfg)
         self.value: ValueRole | None = None
         if cfg.has_critic:
             self.value = ValueRole(
@@ -100,7 +106,9 @@ class PPOTrainer:
     # ------------------------------------------------------------------------------------------ one step
 
     def step(self) -> dict[str, float]:
-        """One PPO iteration: rollout, reward, values, advantages, critic update, policy update.
+        """One PPO iteration: rollout, reward, values (with dynamic sampling, until enough prompt groups carry a
+        signal), advantages, critic update (``value.updates_per_step`` passes), policy update (once the critic's
+        warmup is over).
 
         Without a critic (GRPO) it is the same step without the critic's phases."""
         cfg, timer = self.cfg, PhaseTimer()
@@ -109,20 +117,10 @@ class PPOTrainer:
         with timer("prompts"):  # drawn (and, with generation ranks, requested) up to ppo.max_lag steps ahead
             self.rollouts.submit(self.steps_done)
 
-        with timer("generation"):
-            rollout = self.rollouts.take(self.steps_done)
-            experience = rollout.experience
-
-        with timer("reward"):
-            rewards, reward_parts = torch.zeros(experience.batch_size), {}
-            if self.rewarder is not None:
-                scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
-                rewards, reward_parts = scored.total, scored.means()
-            experience = experience.replace(rewards=broadcast(rewards))
-
-        if self.value is not None:
-            with timer("value_inference"), self.value.inference():
-                experience = experience.replace(old_values=self.value.get_values(experience))
+        # generation, reward (and overlong shaping), the critic's values; with dynamic sampling, until the step
+        # holds enough groups that carry a signal
+        rollout, reward_means, selection = self._scored_rollout(timer)
+        experience = rollout.experience
 
         with timer("policy_logprobs"), self.policy.inference():
             experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
@@ -135,19 +133,21 @@ class PPOTrainer:
         with timer("advantages"):
             experience = self.estimate(experience)
 
-        train_policy = self.steps_done >= cfg.ppo.policy_training_start_step
+        train_policy = self._policy_trains(experience)
         runs = self._update(experience, train_policy, timer)
 
         with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
             self.rollouts.publish(self.steps_done + 1, updated=train_policy)
 
         metrics = self._rollout_metrics(experience) | self._staleness_metrics(rollout) | episode_metrics(experience)
-        metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_parts.items()}
+        metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_means.items()}
+        metrics |= {name: torch.tensor(value) for name, value in selection.items()}
         if runs.get("policy_update"):
             metrics |= {f"train/{k}": v for k, v in mean_over(runs["policy_update"]).items()}
         metrics["train/skipped_steps"] = torch.tensor(float(self.policy.skipped_steps()))
         if self.value is not None:
             metrics |= self._critic_metrics(experience, runs["critic_update"])
+            metrics |= {name: torch.tensor(value) for name, value in self.warmup.metrics(self.steps_done).items()}
         step_seconds = time.perf_counter() - step_start
         metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
         if torch.cuda.is_available():  # the most this process has held on its GPU so far
@@ -157,9 +157,92 @@ class PPOTrainer:
         self.steps_done += 1
         return to_floats(metrics)
 
+    def _scored_rollout(self, timer: PhaseTimer) -> tuple[Rollout, dict[str, float], dict[str, float]]:
+        """This step's samples with their rewards (and the critic's values), the reward parts' means (rank 0) and
+        dynamic sampling's counts. With ``ppo.dynamic_sampling``, the first ``ppo.num_prompts_per_step`` groups
+        that pass its criterion, from as many batches as that takes."""
+        rollout, scored = self._scored_batch(timer, extra=0)
+        if self.group_filter is None:
+            return rollout, scored.means() if scored is not None else {}, {}
+        return self._fill_with_signal(rollout, scored, timer)
+
+    def _scored_batch(self, timer: PhaseTimer, extra: int) -> tuple[Rollout, RewardBreakdown | None]:
+        """One batch (the step's own, or dynamic sampling's ``extra``-th more) sampled, rewarded (overlong shaping
+        included) and valued by the critic; the reward parts on rank 0, None elsewhere."""
+        with timer("generation"):
+            step = self.steps_done
+            rollout = self.rollouts.take(step) if extra == 0 else self.rollouts.take_extra(step, extra)
+            experience = rollout.experience
+        with timer("reward"):
+            rewards, scored = torch.zeros(experience.batch_size), None
+            if self.rewarder is not None:
+                scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
+                rewards = scored.total
+            experience = experience.replace(rewards=broadcast(rewards) + self._overlong_penalty(experience))
+        if self.value is not None:
+            with timer("value_inference"), self.value.inference():
+                experience = experience.replace(old_values=self.value.get_values(experience))
+        return dataclasses.replace(rollout, experience=experience), scored
+
+    def _overlong_penalty(self, experience: Experience) -> torch.Tensor:
+        """[B] DAPO's soft overlong penalty of each sample (``ppo.overlong_shaping``; 0 when off)."""
+        shaping = self.cfg.ppo.overlong_shaping
+        if not shaping.enabled:
+            return torch.zeros(experience.batch_size)
+        lengths = experience.response_mask.sum(-1)
+        return overlong_penalty(lengths, self.cfg.policy.generation.max_new_tokens, shaping.buffer, shaping.factor)
+
+    def _fill_with_signal(
+        self, rollout: Rollout, scored: RewardBreakdown | None, timer: PhaseTimer
+    ) -> tuple[Rollout, dict[str, float], dict[str, float]]:
+        """Dynamic sampling: keep the groups that pass the criterion, batch after batch, until there are
+        ``ppo.num_prompts_per_step`` (the last batch's surplus is dropped); stop the run past
+        ``ppo.dynamic_sampling.max_gen_batches``."""
+        sampling, needed = self.cfg.ppo.dynamic_sampling, self.cfg.ppo.num_prompts_per_step
+        parts, problems, scores, have, passed, failed = [], [], [], 0, 0, 0
+        for extra in range(sampling.max_gen_batches):
+            if extra > 0:
+                rollout, scored = self._scored_batch(timer, extra)
+            groups = self.group_filter.keep(rollout.experience)
+            passing = groups.nonzero().flatten()
+            passed, failed = passed + len(passing), failed + len(groups) - len(passing)
+            used = torch.zeros_like(groups)
+            used[passing[: needed - have]] = True
+            rows = self.group_filter.rows(used)
+            if rows:
+                parts.append(rollout.experience.take(torch.tensor(rows)))
+                problems += [rollout.problems[i] for i in rows]
+                scores.append(scored.take(rows) if scored is not None else None)
+            have += len(rows) // self.group_filter.group_size
+            if have == needed:
+                break
+        else:
+            raise RunStopped(
+                f"ppo.dynamic_sampling: only {have} of the {needed} prompt groups a step trains on passed the "
+                f"{sampling.criterion} criterion in {sampling.max_gen_batches} generated batches "
+                f"(ppo.dynamic_sampling.max_gen_batches); the others carry no learning signal (reward_std: every "
+                f"sample of the group got the same reward). Raise max_gen_batches or num_generations_per_prompt, "
+                f"or train on problems nearer the policy's level"
+            )
+        experience = concat_rows(parts, self.tokenizer.pad_token_id)
+        kept = Rollout(problems, experience, rollout.staleness, rollout.metrics)
+        means = concat_breakdowns(scores).means() if scores[0] is not None else {}
+        counts = {"gen_batches": extra + 1, "kept_groups": passed, "filtered_groups": failed}
+        return kept, means, {f"train/dynamic_sampling/{name}": float(n) for name, n in counts.items()}
+
+    def _policy_trains(self, experience: Experience) -> bool:
+        """Whether the policy trains this step: after the critic's warmup (``warmup.CriticWarmup``), judged on the
+        critic's explained variance on this batch before its update."""
+        ev = None
+        if self.value is not None:
+            mask = experience.train_mask
+            if masked_var(experience.returns, mask, unbiased=False) > EV_MIN_RETURNS_VAR:
+                ev = float(explained_var(experience.returns, experience.old_values, mask))
+        return self.warmup.policy_trains(self.steps_done, ev)
+
     def _update(self, experience: Experience, train_policy: bool, timer: PhaseTimer) -> dict[str, list[dict]]:
-        """``ppo.ppo_epochs`` epochs of the critic's update and (when ``train_policy``) the policy's; each phase's
-        statistics per epoch, by phase name.
+        """``ppo.ppo_epochs`` epochs of the critic's update (``value.updates_per_step`` passes each) and (when
+        ``train_policy``) the policy's (one pass each); each phase's statistics per pass, by phase name.
 
         Every update of an epoch starts before any result is shared: a role's ``train`` runs on its own ranks
         only and ``share`` is the collective, so in separate pools (``cluster.policy_ranks``) the critic and the
@@ -170,23 +253,35 @@ class PPOTrainer:
         if train_policy:
             updates.append((self.policy, "policy_update"))
         runs: dict[str, list[dict]] = {phase: [] for _, phase in updates}
+        passes = {"critic_update": self.cfg.value.updates_per_step, "policy_update": 1}
         for _ in range(self.cfg.ppo.ppo_epochs):
             started = []
             for role, phase in updates:
-                with timer(phase), role.training():
-                    started.append((role, phase, role.train(experience)))
+                for _ in range(passes[phase]):
+                    with timer(phase), role.training():
+                        started.append((role, phase, role.train(experience)))
             with timer("share_metrics"):
                 for role, phase, stats in started:
                     runs[phase].append(role.share(stats))
         return runs
 
     def _with_rollout_correction(self, experience: Experience) -> Experience:
-        """The rollout–training mismatch: samples whose probability error exceeds ``ppo.seq_logprob_error_threshold``
-        leave training (``sample_mask``), then the trained tokens get ``loss.rollout_is`` weights."""
+        """The samples that leave training (``sample_mask``): truncated ones with ``ppo.overlong_filtering``, those
+        whose probability error exceeds ``ppo.seq_logprob_error_threshold``; then the trained tokens get
+        ``loss.rollout_is`` weights."""
         cfg, threshold = self.cfg, self.cfg.ppo.seq_logprob_error_threshold
+        if cfg.ppo.overlong_filtering:
+            experience = experience.replace(sample_mask=(~experience.truncated).float())
+            if not experience.sample_mask.any():
+                raise RunStopped(
+                    "every sample of the step was truncated and ppo.overlong_filtering leaves them all out: nothing "
+                    "is left to train on (raise policy.generation.max_new_tokens)"
+                )
         if threshold is not None:
             error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, experience.response_mask)
-            experience = experience.replace(sample_mask=mismatch_sample_mask(error, threshold))
+            mismatch = mismatch_sample_mask(error, threshold)
+            kept = mismatch if experience.sample_mask is None else mismatch * experience.sample_mask
+            experience = experience.replace(sample_mask=kept)
             if not experience.sample_mask.any():
                 raise RunStopped(
                     f"every sample's probability error exceeds ppo.seq_logprob_error_threshold = {threshold} "
@@ -228,8 +323,15 @@ class PPOTrainer:
             "train/mean_gen_tokens_per_sample": mask.sum(-1).mean(),
             "train/truncation_rate": experience.truncated.float().mean(),
         }
-        if experience.sample_mask is not None:
-            metrics["train/num_masked_seqs_by_logprob_error"] = (experience.sample_mask == 0).sum().float()
+        threshold = self.cfg.ppo.seq_logprob_error_threshold
+        if threshold is not None:
+            metrics["train/num_masked_seqs_by_logprob_error"] = (mismatch_sample_mask(seq_error, threshold) == 0).sum()
+        if self.cfg.ppo.overlong_filtering:
+            metrics["train/overlong/filtered_samples"] = experience.truncated.sum()
+        if self.cfg.ppo.overlong_shaping.enabled:
+            penalty = self._overlong_penalty(experience)
+            metrics["train/overlong/shaped_samples"] = (penalty < 0).sum()
+            metrics["train/overlong/penalty_mean"] = penalty.mean()
         if experience.is_weights is not None:
             stats = rollout_is_stats(experience.is_weights, trained, self.cfg.loss.rollout_is_cap)
             metrics |= {f"train/rollout_is/{name}": value for name, value in stats.items()}
@@ -336,6 +438,7 @@ class PPOTrainer:
             "rollouts": self.rollouts.state_dict(),  # the batches in flight (rank 0; empty when synchronous)
             "rng": checkpoint.rng_state(),
             "steps_done": self.steps_done,
+            "warmup": self.warmup.state_dict(),
             "trackers": self.tracker_runs,
         }
         if self.value is not None:
@@ -375,6 +478,8 @@ class PPOTrainer:
         if self.value is not None:
             self.value.load_checkpoint(sharded.get("value"), replicated["value"])
         self.steps_done = int(replicated["steps_done"])
+        if "warmup" in replicated:  # absent in checkpoints written before value.warmup_until_ev (a fixed warmup)
+            self.warmup.load_state_dict(replicated["warmup"])
         # Written before asynchronous PPO: no "rollouts" (nothing was in flight).
         self.rollouts.restore(replicated["loader"], replicated.get("rollouts", {}), self.steps_done)
         checkpoint.set_rng_state(replicated["rng"])

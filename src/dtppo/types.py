@@ -132,6 +132,8 @@ class Experience:
     turn_rewards:    [B, T] float32, the environment's reward for each turn on the turn's last action token
                      (``rewards`` is the reward functions' score of the episode's final answer); None = single-turn
     episode_end:     [B] int64, how each episode ended (an index into ``EPISODE_ENDS``); None = single-turn
+    loss_weights:    [B, T] float32, set by the training engine on each minibatch: the weight of each token's loss
+                     in the minibatch's loss (``algorithms.aggregation``); None outside an update
     """
 
     input_ids: torch.Tensor
@@ -150,6 +152,7 @@ class Experience:
     turn_ids: torch.Tensor | None = None
     turn_rewards: torch.Tensor | None = None
     episode_end: torch.Tensor | None = None
+    loss_weights: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -213,6 +216,22 @@ ROLLOUT_FIELDS = (
     "turn_rewards",
     "episode_end",
 )
+
+
+def concat_rows(parts: list[Experience], pad_id: int) -> Experience:
+    """Row blocks of (possibly) different widths as one right-padded batch: every field the first block has
+    (padding: ``pad_id`` for tokens, else 0)."""
+    width = max(p.input_ids.shape[1] for p in parts)
+
+    def cat(name: str) -> torch.Tensor:
+        blocks = [getattr(p, name) for p in parts]
+        if blocks[0].dim() == 1:
+            return torch.cat(blocks)
+        value = pad_id if name == "input_ids" else 0
+        return torch.cat([torch.cat([x, x.new_full((x.shape[0], width - x.shape[1]), value)], dim=1) for x in blocks])
+
+    names = [f.name for f in dataclasses.fields(Experience) if getattr(parts[0], f.name) is not None]
+    return Experience(**{name: cat(name) for name in names})
 
 
 def _rows(x: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:

@@ -19,7 +19,7 @@ from dtppo.distributed.comm import rank
 from dtppo.distributed.parallelize import decoder_layers
 from dtppo.models.logprobs import token_logprobs
 from dtppo.models.value import ValueModel
-from dtppo.ops import masked_sum
+from dtppo.ops import weighted_sum
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
 from harness import _full, run, synthetic_experience, worker_results
@@ -64,9 +64,9 @@ def _loss_fn(role: str, model: torch.nn.Module):
         mask = micro.response_mask
         if role == "policy":
             logprobs = token_logprobs(model, micro.input_ids, micro.attention_mask, mask.bool(), 1.0, 8)
-            return -masked_sum(logprobs * micro.advantages, mask), {}
+            return -weighted_sum(logprobs * micro.advantages, micro.loss_weights), {}
         values = model.values(micro.input_ids, micro.attention_mask)
-        return masked_sum((values - micro.returns) ** 2, mask), {}
+        return weighted_sum((values - micro.returns) ** 2, micro.loss_weights), {}
 
     return loss
 

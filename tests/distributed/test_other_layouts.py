@@ -8,7 +8,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
 from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
 from dtppo.distributed.comm import rank
 from dtppo.distributed.parallelize import decoder_layers
-from dtppo.ops import logprobs_from_logits, masked_sum
+from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
 from harness import _full, run, synthetic_experience
@@ -66,7 +66,7 @@ def layout_round(overrides: list[str], out_path: str) -> None:
 
     def nll(micro):
         logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
-        return -masked_sum(logprobs_from_logits(logits, micro.input_ids), micro.response_mask), {}
+        return -weighted_sum(logprobs_from_logits(logits, micro.input_ids), micro.loss_weights), {}
 
     metrics = engine.train(synthetic_experience(VOCAB), nll, global_batch=8, micro_batch=2)
     result = {"loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "weights": _full(model)}

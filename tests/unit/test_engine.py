@@ -5,7 +5,7 @@ import types
 import torch
 
 from dtppo.config import OptimizerConfig, SchedulerConfig
-from dtppo.ops import masked_sum
+from dtppo.ops import masked_sum, weighted_sum
 from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine, lr_lambda
 
@@ -28,7 +28,7 @@ def _experience(batch=8, width=6):
 def _loss_fn(model):
     def fn(micro):
         pred = model(micro.input_ids.unsqueeze(-1)).squeeze(-1)
-        return masked_sum((pred - micro.returns) ** 2, micro.response_mask), {"x_sum": micro.response_mask.sum()}
+        return weighted_sum((pred - micro.returns) ** 2, micro.loss_weights), {"x_sum": micro.response_mask.sum()}
 
     return fn
 
@@ -108,7 +108,7 @@ def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
         err = (model(micro.input_ids.unsqueeze(-1)).squeeze(-1) - micro.returns) ** 2
         tokens = micro.response_mask
         stats = {"err_sum": masked_sum(err, tokens), "err_max": torch.where(tokens.bool(), err, -torch.inf).max()}
-        return masked_sum(err, tokens), {k: v.detach() for k, v in stats.items()}
+        return weighted_sum(err, micro.loss_weights), {k: v.detach() for k, v in stats.items()}
 
     epochs = [engine.train(exp, loss_fn, global_batch=4, micro_batch=2) for _ in range(2)]
     with torch.no_grad():

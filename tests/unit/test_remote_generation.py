@@ -11,9 +11,9 @@ from dtppo.models.causal_lm import build_policy
 from dtppo.models.lora import add_adapters
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.weights import full_parameters, weight_names
-from dtppo.rollout.remote import concat_rows, flatten_weights
+from dtppo.rollout.remote import flatten_weights
 from dtppo.rollouts import PromptQueue
-from dtppo.types import Experience
+from dtppo.types import Experience, concat_rows
 
 TINY = "recipes/tiny-math-cpu.yaml"
 SMALL = ["policy.model.tiny.hidden_size=32", "policy.model.tiny.num_layers=1", "policy.model.tiny.intermediate_size=64"]

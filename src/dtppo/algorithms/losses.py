@@ -1,8 +1,9 @@
 """Clipped PPO policy loss and clipped value loss.
 
-Each returns ``(local loss sum, stats)``: the caller divides by the number of valid tokens in the whole
-global batch, so the result is one global token-mean whatever the microbatching.
-Stats are detached tensors named ``*_sum`` (add across microbatches, then divide by the token count),
+Each returns ``(loss, stats)``: the per-token losses summed with the aggregation's weights
+(:func:`~dtppo.algorithms.aggregation.loss_token_weights`, computed over the whole minibatch), so a microbatch's loss
+is its share of the minibatch's and the shares add up to it whatever the microbatching; a plain sum over ``mask``
+without weights. Stats are detached tensors named ``*_sum`` (add across microbatches, then divide by the token count),
 ``*_min`` or ``*_max`` (reduce with min / max); see :func:`dtppo.metrics.reduce_stats`.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from dtppo.algorithms.kl import kl_loss_surrogate
-from dtppo.ops import masked_max, masked_min, masked_sum
+from dtppo.ops import masked_max, masked_min, masked_sum, weighted_sum
 
 
 def policy_loss(
@@ -28,13 +29,15 @@ def policy_loss(
     *,
     gen_logprobs: torch.Tensor,
     is_weights: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip (Schulman et al. 2017, eq. 7) with asymmetric clip and dual clip (Ye et al. 2020).
 
     logprobs: [B, T] current log π (with grad); old_logprobs: [B, T] log π_old; advantages: [B, T];
     mask: [B, T] response tokens; ref_logprobs: [B, T] or None for the optional in-loss KL;
     gen_logprobs: [B, T] log π_gen recorded by the generator that drew the tokens; is_weights: [B, T] constant
-    rollout importance weights (:func:`~dtppo.algorithms.mismatch.rollout_is_weights`) or None.
+    rollout importance weights (:func:`~dtppo.algorithms.mismatch.rollout_is_weights`) or None; weights: [B, T]
+    the aggregation's weight of each token's loss (0 off ``mask``), or None for a plain sum over ``mask``.
     Per token: ``L = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high))``; for A < 0 and c > 1: ``min(L, −c·A)``; times
     the token's weight when given (the statistics stay unweighted).
     The in-loss KL is :func:`~dtppo.algorithms.kl.kl_loss_surrogate` (expected gradient ∇KL(π‖π_ref)).
@@ -47,7 +50,8 @@ def policy_loss(
     per_token = torch.maximum(loss_unclipped, loss_clipped)
     if clip_c is not None:
         per_token = torch.where(advantages < 0, torch.minimum(per_token, -clip_c * advantages), per_token)
-    loss = masked_sum(per_token if is_weights is None else per_token * is_weights, mask)
+    weights = mask if weights is None else weights
+    loss = weighted_sum(per_token if is_weights is None else per_token * is_weights, weights)
     stats = {
         "probs_ratio_sum": masked_sum(ratio, mask),
         "probs_ratio_clamped_sum": masked_sum(ratio_clamped, mask),
@@ -59,7 +63,7 @@ def policy_loss(
     if ref_logprobs is not None and kl_coef > 0.0:
         # Logged once per step from the rollout (train/kl_penalty), not per microbatch here.
         kl = kl_loss_surrogate(kl_estimator, logprobs, gen_logprobs, ref_logprobs)
-        loss = loss + kl_coef * masked_sum(kl, mask)
+        loss = loss + kl_coef * weighted_sum(kl, weights)
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
@@ -70,11 +74,13 @@ def value_loss(
     mask: torch.Tensor,
     clip: float | None,
     scale: float = 1.0,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped value loss: ``0.5·scale·max((V − R)², (V_clip − R)²)``, ``V_clip = V_old + clip(V − V_old, ±ε)``.
 
     values: [B, T] current V(s_t) (already shifted, with grad); old_values: [B, T]; returns: [B, T];
-    mask: [B, T] response tokens. Without ``clip`` the loss is ``0.5·scale·(V − R)²``.
+    mask: [B, T] response tokens; weights: [B, T] as :func:`policy_loss`'s. Without ``clip`` the loss is
+    ``0.5·scale·(V − R)²``.
     """
     err = (values - returns) ** 2
     if clip is None:
@@ -86,7 +92,7 @@ def value_loss(
         per_token = torch.maximum(err, err_clipped)
         # Only a real clip counts: inside the range V_clip equals V up to round-off, which must not vote.
         clipped = (((values - old_values).abs() > clip) & (err_clipped > err)).float()
-    loss = 0.5 * scale * masked_sum(per_token, mask)
+    loss = 0.5 * scale * weighted_sum(per_token, mask if weights is None else weights)
     return loss, {"vf_clipfrac_sum": masked_sum(clipped, mask).detach()}
 
 

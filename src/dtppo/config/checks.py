@@ -17,6 +17,8 @@ def check(cfg: Config) -> None:
     _check_grpo(cfg)
     _check_async(cfg)
     _check_env(cfg)
+    _check_sample_selection(cfg)
+    _check_critic_start(cfg)
     if cfg.policy.generation.backend == "vllm":
         _check_vllm(cfg)
     for section in ("policy", "value") if cfg.has_critic else ("policy",):
@@ -105,6 +107,62 @@ def _check_async(cfg: Config) -> None:
         cfg.value.target_correction == "none" or cfg.has_critic,
         "value.target_correction",
         f"{cfg.value.target_correction} corrects the critic's targets; ppo.advantage_estimator=grpo has no critic",
+    )
+
+
+def _check_sample_selection(cfg: Config) -> None:
+    """Dynamic sampling refills a step on the policy's own ranks and needs groups its criterion can judge; the
+    overlong penalty is measured against one response's limit."""
+    sampling, ppo = cfg.ppo.dynamic_sampling, cfg.ppo
+    if sampling.enabled:
+        require(
+            cfg.cluster.generation_ranks == 0,
+            "ppo.dynamic_sampling.enabled",
+            "with cluster.generation_ranks > 0 (asynchronous generation) is not supported yet: a step's extra "
+            "batches are generated on the policy's own ranks",
+        )
+        require(
+            sampling.criterion != "reward_std" or ppo.num_generations_per_prompt >= 2,
+            "ppo.dynamic_sampling.criterion",
+            "reward_std needs ppo.num_generations_per_prompt >= 2 (a group of one sample has no reward spread and "
+            "would always be dropped); with a critic, value_error judges single samples",
+        )
+        require(
+            sampling.criterion != "value_error" or cfg.has_critic,
+            "ppo.dynamic_sampling.criterion",
+            "value_error compares returns with the critic's values; ppo.advantage_estimator=grpo has no critic",
+        )
+    shaping = ppo.overlong_shaping
+    if shaping.enabled:
+        require(
+            not cfg.env.multi_turn,
+            "ppo.overlong_shaping.buffer",
+            "applies to single-turn responses (an episode's length limit is env.max_total_tokens, shared with "
+            "observations); multi-turn episodes are not supported yet",
+        )
+        require(
+            shaping.buffer <= cfg.policy.generation.max_new_tokens,
+            "ppo.overlong_shaping.buffer",
+            f"{shaping.buffer} must be at most policy.generation.max_new_tokens = "
+            f"{cfg.policy.generation.max_new_tokens}",
+        )
+
+
+def _check_critic_start(cfg: Config) -> None:
+    """A warm start and an EV-gated warmup concern a critic; the gate replaces the fixed warmup, not both."""
+    value = cfg.value
+    used_by = {"warm_start": value.warm_start is not None, "warmup_until_ev": value.warmup_until_ev is not None}
+    for key, used in used_by.items():
+        require(
+            not used or cfg.has_critic,
+            f"value.{key}",
+            "concerns the critic; ppo.advantage_estimator=grpo has none",
+        )
+    require(
+        value.warmup_until_ev is None or cfg.ppo.policy_training_start_step == 0,
+        "ppo.policy_training_start_step",
+        f"must be 0 with value.warmup_until_ev (the warmup ends on the critic's explained variance, capped at "
+        f"value.warmup_max_steps); pick one, got {cfg.ppo.policy_training_start_step}",
     )
 
 

@@ -73,6 +73,12 @@ class Config:
                 accuracy_from=reward.accuracy_from if reward.accuracy_from is not None else verifier,
             ),
         )
+        # The critic's aggregation defaults to the policy's; seq-mean-token-sum-norm's constant to the longest response.
+        value, loss = self.value, self.loss
+        if value.loss_aggregation is None:
+            object.__setattr__(self, "value", dataclasses.replace(value, loss_aggregation=loss.aggregation))
+        if loss.aggregation_horizon is None:
+            object.__setattr__(self, "loss", dataclasses.replace(loss, aggregation_horizon=self.response_horizon))
         for name, length in [
             ("sft", self.sft.num_steps),
             ("policy", self.optimizer_steps("policy")),
@@ -85,10 +91,13 @@ class Config:
 
     def optimizer_steps(self, role: Literal["policy", "value"]) -> int:
         """Optimizer steps a PPO run makes on ``role``'s model: one per global batch of each epoch of each
-        step (the policy's only from ``ppo.policy_training_start_step`` on)."""
+        step, ``value.updates_per_step`` times for the critic; the policy's only from
+        ``ppo.policy_training_start_step`` on (a warmup that ends on the critic's EV has no known length: the
+        policy's count is then the whole run's, an upper bound)."""
         ppo, batch = self.ppo, getattr(self, role).train_global_batch_size
         steps = ppo.max_num_steps - (ppo.policy_training_start_step if role == "policy" else 0)
-        return max(steps, 0) * ppo.ppo_epochs * (self.samples_per_step // batch)
+        passes = ppo.ppo_epochs * (self.value.updates_per_step if role == "value" else 1)
+        return max(steps, 0) * passes * (self.samples_per_step // batch)
 
     @property
     def has_critic(self) -> bool:
@@ -99,6 +108,11 @@ class Config:
     def generation_prompt_tokens(self) -> int:
         """The longest prefix a generator samples from: a prompt, and in an episode its turns and observations."""
         return self.data.max_prompt_tokens + (self.env.max_total_tokens if self.env.multi_turn else 0)
+
+    @property
+    def response_horizon(self) -> int:
+        """The most tokens after the prompt a sample holds: one response, or an episode's turns and observations."""
+        return self.env.max_total_tokens if self.env.multi_turn else self.policy.generation.max_new_tokens
 
     @property
     def samples_per_step(self) -> int:

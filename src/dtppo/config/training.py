@@ -9,6 +9,10 @@ from typing import Literal
 
 from dtppo.config.rules import at_least, require
 
+LossAggregation = Literal[
+    "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class TinyModelConfig:
@@ -305,14 +309,93 @@ class ValueConfig:
     """ρ̄ of ``vtrace``: each token's TD error is weighted by min(ρ̄, π_old/π_gen)."""
     vtrace_c_cap: float = 1.0
     """c̄ of ``vtrace``: the trace carried past each token is λ·min(c̄, π_old/π_gen)."""
+    loss_aggregation: LossAggregation | None = None
+    """How the critic's per-token losses make a minibatch's loss (``loss.aggregation``'s modes); null = the
+    policy's ``loss.aggregation`` (verl's critic inherits the actor's), filled in when the Config is built."""
+    updates_per_step: int = 1
+    """K: passes of the critic's update over each step's batch per policy update (per ``ppo.ppo_epochs`` epoch):
+    the critic makes K times the optimizer steps of one pass (SAO's K = 2)."""
+    warm_start: str | None = None
+    """A critic to start from instead of a fresh one: a dtppo checkpoint (a ``step_N`` directory or the directory
+    holding them) or an exported critic (``dtppo export``'s ``critic``). Weights only: the optimizer and the
+    schedule start fresh. Its architecture and vocabulary must be this critic's (NeMo-RL's
+    ``warm_start_value_checkpoint``). A run that resumes from its own checkpoint ignores it."""
+    warmup_until_ev: float | None = None
+    """Critic-only steps until the critic has learned: the policy first trains at the step where the mean of the
+    critic's explained variance on fresh rollouts (``train/critic/explained_var``, before its update) over the last
+    ``warmup_ev_window`` steps reaches this, or at ``warmup_max_steps``, whichever comes first; null = the fixed
+    warmup of ``ppo.policy_training_start_step``. Steps whose returns are all equal (EV undefined) do not count."""
+    warmup_ev_window: int = 3
+    """Steps the explained variance of ``warmup_until_ev`` is averaged over."""
+    warmup_max_steps: int = 20
+    """The cap of ``warmup_until_ev``: the policy trains from this step on whatever the critic's EV."""
 
     def __post_init__(self) -> None:
-        at_least(self, 1, "train_global_batch_size", "train_micro_batch_size", "inference_batch_size")
+        at_least(
+            self,
+            1,
+            "train_global_batch_size",
+            "train_micro_batch_size",
+            "inference_batch_size",
+            "updates_per_step",
+            "warmup_ev_window",
+        )
+        require(self.warmup_max_steps >= 0, "warmup_max_steps", f"must be >= 0, got {self.warmup_max_steps}")
+        require(
+            self.warmup_until_ev is None or -math.inf < self.warmup_until_ev <= 1.0,
+            "warmup_until_ev",
+            f"must be <= 1 (explained variance is at most 1) or null, got {self.warmup_until_ev}",
+        )
         require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
         require(0.0 <= self.head_init_std < math.inf, "head_init_std", "must be finite and >= 0")
         for name in ("vtrace_rho_cap", "vtrace_c_cap"):
             value = getattr(self, name)
             require(0.0 < value < math.inf, name, f"must be finite and > 0, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicSamplingConfig:
+    """Dynamic sampling (DAPO): a step trains on ``ppo.num_prompts_per_step`` prompt groups that carry a learning
+    signal, generating more batches of prompts until it has them (verl's ``algorithm.filter_groups``, NeMo-RL's
+    ``ppo.use_dynamic_sampling``)."""
+
+    enabled: bool = False
+    """Filter groups and refill the batch; false = every group trains."""
+    criterion: Literal["reward_std", "value_error"] = "reward_std"
+    """Which groups train. ``reward_std``: those whose samples' rewards differ (the peers' criterion, GRPO's
+    signal: an all-equal group has zero advantages). ``value_error`` (needs a critic): those with a sample whose
+    return differs from the critic's V(s_0) of its prompt by more than ``min_value_error``: with GAE an all-equal
+    group still has advantages R − V, and a group the critic already predicts has none; it also works with one
+    sample per prompt, where ``reward_std`` would drop every group."""
+    min_value_error: float = 0.1
+    """``value_error``: the smallest |R − V(s_0)|, in reward units, that keeps a group."""
+    max_gen_batches: int = 10
+    """Batches of ``ppo.num_prompts_per_step`` prompts a step may generate; when they hold too few groups to
+    keep, the run stops with an error naming the criterion (NeMo-RL's ``dynamic_sampling_max_gen_batches``)."""
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "max_gen_batches")
+        require(self.min_value_error >= 0.0, "min_value_error", f"must be >= 0, got {self.min_value_error}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlongShapingConfig:
+    """DAPO's soft overlong punishment: a response longer than ``max_new_tokens − buffer`` tokens gets
+    ``min(−(L − (max_new_tokens − buffer)) / buffer · factor, 0)`` added to its reward (verl's
+    ``overlong_buffer_cfg``, OpenRLHF's ``--reward.overlong_buffer_len``)."""
+
+    buffer: int = 0
+    """The buffer's length in tokens; 0 = off."""
+    factor: float = 1.0
+    """The penalty at ``max_new_tokens`` (it grows linearly across the buffer)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.buffer > 0
+
+    def __post_init__(self) -> None:
+        require(self.buffer >= 0, "buffer", f"must be >= 0 (0 = off), got {self.buffer}")
+        require(0.0 <= self.factor < math.inf, "factor", f"must be finite and >= 0, got {self.factor}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -372,6 +455,13 @@ class PPOConfig:
     """Asynchronous PPO: the batch of step i is generated with the policy of step i − max_lag (of step 0 for the
     first steps), by the generation ranks (``cluster.generation_ranks``) while the trainer trains on earlier
     batches. 0: synchronous, each batch from the policy just updated (NeMo-RL's ``max_trajectory_age_steps``)."""
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    """Train on prompt groups that carry a signal, generating more batches to fill the step (DAPO)."""
+    overlong_shaping: OverlongShapingConfig = field(default_factory=OverlongShapingConfig)
+    """A reward penalty for responses that run into the last ``buffer`` tokens of ``max_new_tokens`` (DAPO)."""
+    overlong_filtering: bool = False
+    """Truncated responses (no stop token within the limit) leave the advantages' normalisation and both losses,
+    as a mismatched sample does (NeMo-RL's ``ppo.overlong_filtering``); they are still logged."""
 
     def __post_init__(self) -> None:
         at_least(
@@ -428,6 +518,15 @@ class LossConfig:
     product (``sequence``); null = unweighted (verl's ``rollout_correction.rollout_is``)."""
     rollout_is_cap: float = 2.0
     """C >= 1 of ``rollout_is`` (verl's ``rollout_is_threshold``, slime's ``--tis-clip``)."""
+    aggregation: LossAggregation = "token-mean"
+    """How per-token losses make a minibatch's policy loss (verl's ``loss_agg_mode``), over the minibatch's trained
+    tokens and sequences whatever the microbatching and data-parallel ranks (docs/recipes.md):
+    ``token-mean`` (every token alike; DAPO), ``token-sum`` (no normalisation), ``seq-mean-token-sum`` (each
+    sequence's sum, averaged over sequences), ``seq-mean-token-mean`` (each sequence's mean, averaged: GRPO's
+    original), ``seq-mean-token-sum-norm`` (sums over sequences × ``aggregation_horizon``: Dr. GRPO)."""
+    aggregation_horizon: int | None = None
+    """The constant of ``seq-mean-token-sum-norm`` (verl's ``loss_scale_factor``); null = the longest response:
+    ``policy.generation.max_new_tokens``, or ``env.max_total_tokens`` for episodes."""
 
     def __post_init__(self) -> None:
         require(0.0 <= self.ratio_clip_low < 1.0, "ratio_clip_low", "must be in [0, 1)")
@@ -437,3 +536,8 @@ class LossConfig:
         require(self.value_clip is None or self.value_clip > 0.0, "value_clip", "must be > 0 or null")
         require(self.value_loss_scale > 0.0, "value_loss_scale", "must be > 0")
         require(self.rollout_is_cap >= 1.0, "rollout_is_cap", f"must be >= 1, got {self.rollout_is_cap}")
+        require(
+            self.aggregation_horizon is None or self.aggregation_horizon >= 1,
+            "aggregation_horizon",
+            f"must be >= 1 or null, got {self.aggregation_horizon}",
+        )

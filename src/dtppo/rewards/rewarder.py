@@ -36,6 +36,18 @@ class RewardBreakdown:
                 means[name] = sum(given) / len(given)
         return means | {LATE_CHUNKS_NAME: float(self.late_chunks)}
 
+    def take(self, rows: list[int]) -> RewardBreakdown:
+        """The samples ``rows`` (indices into this batch); the late chunks stay the whole batch's."""
+        scores = {name: [values[i] for i in rows] for name, values in self.scores.items()}
+        return RewardBreakdown(self.total[rows], scores, self.late_chunks)
+
+
+def concat_breakdowns(parts: list[RewardBreakdown]) -> RewardBreakdown:
+    """Batches scored one after the other (dynamic sampling's extra batches) as one: samples in order, late chunks
+    added."""
+    scores = {name: [s for part in parts for s in part.scores[name]] for name in parts[0].scores}
+    return RewardBreakdown(torch.cat([part.total for part in parts]), scores, sum(part.late_chunks for part in parts))
+
 
 def reward_columns(problems: list[Problem]) -> dict[str, list]:
     """Every column of the batch's rows as a keyword list (a row without a column gives None), and the reference as

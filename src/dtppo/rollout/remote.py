@@ -38,7 +38,7 @@ from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.weights import weight_names
 from dtppo.rollout.generator import Generator, build_generator
 from dtppo.rollout.sampler import SamplingParams
-from dtppo.types import ROLLOUT_FIELDS, Experience
+from dtppo.types import Experience, concat_rows
 
 WEIGHTS, REQUEST, STOP = 1, 2, 3
 _HEADER = 8  # int64 fields: kind, tag, version, n, tokens, max_new_tokens, greedy, key
@@ -332,21 +332,6 @@ class GenerationService:
 
     def _send(self, tensor: torch.Tensor) -> None:
         self.bridge.send(tensor.contiguous().cpu(), "sending a batch")
-
-
-def concat_rows(parts: list[Experience], pad_id: int) -> Experience:
-    """Row blocks of (possibly) different widths as one right-padded batch (``ROLLOUT_FIELDS`` the blocks have;
-    padding: ``pad_id`` for tokens, else 0)."""
-    width = max(p.input_ids.shape[1] for p in parts)
-
-    def cat(name: str) -> torch.Tensor:
-        blocks = [getattr(p, name) for p in parts]
-        if blocks[0].dim() == 1:
-            return torch.cat(blocks)
-        value = pad_id if name == "input_ids" else 0
-        return torch.cat([torch.cat([x, x.new_full((x.shape[0], width - x.shape[1]), value)], dim=1) for x in blocks])
-
-    return Experience(**{name: cat(name) for name in ROLLOUT_FIELDS if getattr(parts[0], name) is not None})
 
 
 def serve(cfg: Config) -> None:

@@ -34,6 +34,8 @@ class Worker:
             max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
             unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
             model_group=p.model_group,
+            aggregation=self.cfg.loss.aggregation if name == "policy" else self.cfg.value.loss_aggregation,
+            horizon=self.cfg.loss.aggregation_horizon,
         )
 
     # ---- lifecycle. These only switch the module mode: weights and optimizer state stay where they are in every

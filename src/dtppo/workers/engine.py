@@ -1,8 +1,9 @@
 """What both workers share: optimizer and schedule, and the minibatch / microbatch update loop.
 
-Normalisation: each minibatch is one optimizer step; its loss is the sum of per-token losses
-divided by the minibatch's valid-token count, counted once before the microbatch loop. Any microbatch size
-or accumulation count therefore gives the same gradient.
+Normalisation: each minibatch is one optimizer step; its loss is the per-token losses summed with the
+aggregation's weights (``algorithms.aggregation``: token-mean, sequence-mean, ...), computed once over the whole
+minibatch before the microbatch loop and carried by its rows (``Experience.loss_weights``). Any microbatch size,
+accumulation count or data-parallel size therefore gives the same gradient.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from dtppo.algorithms.aggregation import loss_token_weights
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.distributed.comm import all_reduce, rank
 from dtppo.distributed.grad_norm import clip_grad_norm_
@@ -24,6 +26,7 @@ from dtppo.models.ties import tied_names, untied
 from dtppo.profiling import profiled
 from dtppo.types import Experience, balanced_rows
 
+# A microbatch's share of its minibatch's loss (its per-token losses summed with ``micro.loss_weights``) and stats.
 LossFn = Callable[[Experience], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
@@ -47,6 +50,7 @@ class TrainEngine:
     Data parallel: ``dp_rank``/``dp_size`` pick this rank's rows of each minibatch (an equal number of rows,
     balanced by token count), ``dp_group`` reduces metrics, ``model_group`` (dp × tp ranks) the gradient
     norm. The model is expected to sum (not average) gradients across those ranks (see parallelize()).
+    ``aggregation`` and ``horizon`` weigh each minibatch's per-token losses (``algorithms.aggregation``).
     """
 
     def __init__(
@@ -63,8 +67,11 @@ class TrainEngine:
         max_consecutive_nonfinite: int = 0,
         unsharded_accumulation: bool = False,
         model_group=None,
+        aggregation: str = "token-mean",
+        horizon: int = 1,
     ):
         self.model, self.device = model, device
+        self.aggregation, self.horizon = aggregation, horizon
         # FSDP: gather once per optimizer step, reduce-scatter once (see microbatch_accumulation).
         self.unsharded_accumulation = unsharded_accumulation
         self.max_grad_norm = max_grad_norm
@@ -120,8 +127,9 @@ class TrainEngine:
         """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each),
         each rank's share in microbatches of at most ``micro_batch`` rows (a bound, not a divisor).
 
-        Returns tensors: ``loss`` and ``grad_norm`` (means over optimizer steps), ``lr``, and the
-        loss function's statistics reduced over all microbatches (sums normalised by all valid tokens).
+        Returns tensors: ``loss`` (each minibatch's aggregated loss) and ``grad_norm``, means over optimizer steps,
+        ``lr``, and the loss function's statistics reduced over all microbatches (sums normalised by all valid
+        tokens, whatever the aggregation).
         Profiled when ``DTPPO_PROFILE_DIR`` is set (``dtppo.profiling``).
         """
         self.train_calls += 1
@@ -135,21 +143,22 @@ class TrainEngine:
         losses, norms, stats = [], [], []
         for start in range(0, experience.batch_size, global_batch):
             minibatch = experience.slice(start, start + global_batch)
-            # Every rank holds the whole step's batch, so the global token count needs no collective.
-            num_tokens = minibatch.train_mask.sum().clamp(min=1)
+            # Every rank holds the whole step's batch, so the minibatch's weights need no collective.
+            weights = loss_token_weights(minibatch.train_mask, self.aggregation, self.horizon)
+            minibatch = minibatch.replace(loss_weights=weights)
             # Rows spread by token count, not in blocks: a step lasts as long as its slowest rank.
             local = minibatch.take(balanced_rows(minibatch.attention_mask.sum(-1), self.dp_rank, self.dp_size))
-            local, num_tokens = local.to(self.device), num_tokens.to(self.device)
+            local = local.to(self.device)
             loss_total = torch.zeros((), device=self.device)
             with microbatch_accumulation(self.model, self.unsharded_accumulation) as before_microbatch:
                 for micro_start in range(0, local.batch_size, micro_batch):
                     micro = local.slice(micro_start, micro_start + micro_batch)
                     before_microbatch(micro_start + micro_batch >= local.batch_size)
-                    loss_sum, micro_stats = loss_fn(micro)
+                    loss, micro_stats = loss_fn(micro)
                     if nonfinite_injected(self.name, self.scheduler.last_epoch):
-                        loss_sum = loss_sum * float("nan")  # test hook (dtppo.faults): a real overflow's effect
-                    (loss_sum / num_tokens).backward()
-                    loss_total += loss_sum.detach() / num_tokens
+                        loss = loss * float("nan")  # test hook (dtppo.faults): a real overflow's effect
+                    loss.backward()
+                    loss_total += loss.detach()
                     stats.append(micro_stats)
             losses.append(all_reduce(loss_total, "sum", self.dp_group))
             norms.append(self.optimizer_step(losses[-1]))

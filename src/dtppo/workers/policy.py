@@ -161,7 +161,8 @@ class PolicyWorker(Worker):
 
     # ---- training
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Clipped PPO loss of one microbatch (local sum, with grad) and its statistics."""
+        """Clipped PPO loss of one microbatch (its share of the minibatch's aggregated loss, with grad) and its
+        statistics."""
         loss_cfg = self.cfg.loss
         logprobs = self._token_logprobs(self.model, micro)
         return policy_loss(
@@ -177,6 +178,7 @@ class PolicyWorker(Worker):
             loss_cfg.kl_estimator,
             gen_logprobs=micro.gen_logprobs,
             is_weights=micro.is_weights,
+            weights=micro.loss_weights,
         )
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:

@@ -15,6 +15,7 @@ from dtppo.models.lora import add_adapters
 from dtppo.models.lora import describe as describe_lora
 from dtppo.models.value import ValueModel, build_backbone, reward_model_head
 from dtppo.types import Experience
+from dtppo.warm_start import load_warm_start
 from dtppo.workers.base import Worker
 from dtppo.workers.layout import RankLayout
 
@@ -31,8 +32,6 @@ class ValueWorker(Worker):
         self.cfg = cfg
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         backbone = disable_dropout(build_backbone(cfg.value_init_path, tiny, seed=cfg.ppo.seed))
-        if cfg.value.lora.enabled:  # on the backbone only: the head below is not an adapted layer and trains whole
-            add_adapters(backbone, cfg.value.lora, cfg.ppo.seed)
         self.layout = layout or RankLayout(cfg.value.parallel)
         # A reward-model directory (value.model.path = reward.model.path, TRL's convention) also gives its head.
         head = reward_model_head(cfg.value_init_path)
@@ -44,8 +43,14 @@ class ValueWorker(Worker):
             sequence_packing=cfg.value.sequence_packing,
             head=head,
         )
-        if cfg.value.lora.enabled and is_main_rank():
-            print(f"value: {describe_lora(critic, cfg.value.lora)} (the value head included)", flush=True)
+        if cfg.value.warm_start is not None:  # the whole critic, before any adapter: they start fresh on it
+            load_warm_start(critic, cfg.value.warm_start)
+            if is_main_rank():
+                print(f"value: warm start from {cfg.value.warm_start} (weights only)", flush=True)
+        if cfg.value.lora.enabled:  # on the backbone only: the head is not an adapted layer and trains whole
+            add_adapters(critic.backbone, cfg.value.lora, cfg.ppo.seed)
+            if is_main_rank():
+                print(f"value: {describe_lora(critic, cfg.value.lora)} (the value head included)", flush=True)
         self.model = self.layout.wrap(critic, cfg.value.activation_checkpointing, cfg.value.cpu_offload)
         self.engine = self._build_engine(cfg.value)
 
@@ -63,7 +68,8 @@ class ValueWorker(Worker):
         )
 
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Clipped value loss of one microbatch (local sum, with grad) and its statistics."""
+        """Clipped value loss of one microbatch (its share of the minibatch's aggregated loss, with grad) and its
+        statistics."""
         values = self.model.values(micro.input_ids, micro.attention_mask)
         loss, stats = value_loss(
             values,
@@ -72,6 +78,7 @@ class ValueWorker(Worker):
             micro.train_mask,
             self.cfg.loss.value_clip,
             self.cfg.loss.value_loss_scale,
+            weights=micro.loss_weights,
         )
         scale = value_grad_scale()
         if scale != 1.0:  # test hook (dtppo.faults): same loss value, gradient scaled by 0 or -1

@@ -1,0 +1,69 @@
+"""Every loss aggregation mode gives the same update at dp=2 (FSDP2, each rank a different share of tokens and
+sequences) as in one process, microbatches of 1 or of a rank's whole share."""
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
+from dtppo.distributed.comm import rank
+from dtppo.models.logprobs import token_logprobs
+from dtppo.ops import weighted_sum
+from dtppo.workers.engine import TrainEngine
+from dtppo.workers.layout import RankLayout
+from harness import _full, run, synthetic_experience
+
+VOCAB = 50
+MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    dropout_off = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}  # its masks are drawn per rank
+    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64, **dropout_off))
+
+
+def aggregation_round(overrides: list[str], out_path: str) -> None:
+    """One optimizer step of a policy-gradient loss per mode and microbatch size, from the same weights."""
+    world = int(overrides[-1].rpartition("=")[2])
+    layout = RankLayout(ParallelConfig(), range(world))
+    experience = synthetic_experience(VOCAB)
+    results = {}
+    for mode in MODES:
+        for micro in (1, 8 // world):
+            model = layout.wrap(_model())
+            engine = TrainEngine(
+                model,
+                OptimizerConfig(lr=1e-2, eps=1e-6),
+                SchedulerConfig(),
+                100.0,
+                dp_rank=layout.dp_rank,
+                dp_size=layout.dp_size,
+                dp_group=layout.dp_group,
+                model_group=layout.model_group,
+                aggregation=mode,
+                horizon=16,
+            )
+
+            def loss(micro_batch, model=model):
+                mask = micro_batch.response_mask.bool()
+                logprobs = token_logprobs(model, micro_batch.input_ids, micro_batch.attention_mask, mask, 1.0, 8)
+                return -weighted_sum(logprobs * micro_batch.advantages, micro_batch.loss_weights), {}
+
+            metrics = engine.train(experience, loss, global_batch=8, micro_batch=micro)
+            results[f"{mode}/{micro}"] = {"loss": metrics["loss"], "weights": _full(model)}
+    if rank() == 0:
+        torch.save(results, out_path)
+
+
+def test_every_mode_matches_one_process_at_dp2_and_any_microbatching():
+    single, sharded = run(aggregation_round, 1, []), run(aggregation_round, 2, [])
+    reference = single["token-mean/8"]["weights"]
+    for mode in MODES:
+        base = single[f"{mode}/8"]
+        runs = [single[f"{mode}/1"], sharded[f"{mode}/1"], sharded[f"{mode}/4"]]
+        for other in runs:
+            assert abs(float(other["loss"]) - float(base["loss"])) < 1e-5 * max(1.0, abs(float(base["loss"])))
+            assert max(float((other["weights"][k] - base["weights"][k]).abs().max()) for k in reference) < 1e-5
+    # the per-sequence token mean weighs the short rows more: a different update from the token mean
+    per_sequence = single["seq-mean-token-mean/8"]["weights"]
+    assert max(float((per_sequence[k] - reference[k]).abs().max()) for k in reference) > 1e-5
