@@ -12,11 +12,13 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 
 from dtppo import config as config_lib
+from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.distributed.comm import rank
 from dtppo.distributed.launch import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.weights import full_parameters
 from dtppo.types import Experience, build_response_mask
+from dtppo.workers.engine import TrainEngine
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
 
@@ -49,6 +51,22 @@ def make_config(overrides: list[str]) -> config_lib.Config:
         *SMALL_MODEL,
     ]
     return config_lib.load(RECIPE, base + overrides)
+
+
+def layout_engine(model: torch.nn.Module, layout, max_grad_norm: float = 1.0, **options) -> TrainEngine:
+    """A TrainEngine (AdamW lr 1e-2) over ``model``, already wrapped for ``layout``'s ranks; ``options``: the
+    engine's keyword arguments (``unsharded_accumulation``, ``aggregation``, ...)."""
+    return TrainEngine(
+        model,
+        OptimizerConfig(lr=1e-2, eps=1e-6),
+        SchedulerConfig(),
+        max_grad_norm,
+        dp_rank=layout.dp_rank,
+        dp_size=layout.dp_size,
+        dp_group=layout.dp_group,
+        model_group=layout.model_group,
+        **options,
+    )
 
 
 def synthetic_experience(vocab: int, batch: int = 8, seed: int = 0) -> Experience:

@@ -4,13 +4,12 @@ sequences) as in one process, microbatches of 1 or of a rank's whole share."""
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
+from dtppo.config import ParallelConfig
 from dtppo.distributed.comm import rank
 from dtppo.models.logprobs import token_logprobs
 from dtppo.ops import weighted_sum
-from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
-from harness import _full, run, synthetic_experience
+from harness import _full, layout_engine, run, synthetic_experience
 
 VOCAB = 50
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -31,18 +30,7 @@ def aggregation_round(overrides: list[str], out_path: str) -> None:
     for mode in MODES:
         for micro in (1, 8 // world):
             model = layout.wrap(_model())
-            engine = TrainEngine(
-                model,
-                OptimizerConfig(lr=1e-2, eps=1e-6),
-                SchedulerConfig(),
-                100.0,
-                dp_rank=layout.dp_rank,
-                dp_size=layout.dp_size,
-                dp_group=layout.dp_group,
-                model_group=layout.model_group,
-                aggregation=mode,
-                horizon=16,
-            )
+            engine = layout_engine(model, layout, max_grad_norm=100.0, aggregation=mode, horizon=16)
 
             def loss(micro_batch, model=model):
                 mask = micro_batch.response_mask.bool()

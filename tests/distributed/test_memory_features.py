@@ -14,7 +14,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.fsdp import FSDPModule
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 
-from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
+from dtppo.config import ParallelConfig
 from dtppo.distributed.comm import rank
 from dtppo.distributed.parallelize import decoder_layers
 from dtppo.models.logprobs import token_logprobs
@@ -22,7 +22,7 @@ from dtppo.models.value import ValueModel
 from dtppo.ops import weighted_sum
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
-from harness import _full, run, synthetic_experience, worker_results
+from harness import _full, layout_engine, run, synthetic_experience, worker_results
 
 VOCAB, LAYERS = 64, 2
 # name: (activation_checkpointing, cpu_offload, unsharded_grad_accumulation)
@@ -73,17 +73,7 @@ def _loss_fn(role: str, model: torch.nn.Module):
 
 def _engine(role: str, layout: RankLayout, ac: bool, offload: bool, unsharded: bool) -> TrainEngine:
     model = layout.wrap(_model(role), activation_checkpointing=ac, cpu_offload=offload)
-    return TrainEngine(
-        model,
-        OptimizerConfig(lr=1e-2, eps=1e-6),
-        SchedulerConfig(),
-        1.0,
-        dp_rank=layout.dp_rank,
-        dp_size=layout.dp_size,
-        dp_group=layout.dp_group,
-        unsharded_accumulation=unsharded,
-        model_group=layout.model_group,
-    )
+    return layout_engine(model, layout, unsharded_accumulation=unsharded)
 
 
 def _offload_policies(model: torch.nn.Module) -> set[str]:

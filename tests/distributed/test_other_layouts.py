@@ -5,13 +5,12 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
 
-from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
+from dtppo.config import ParallelConfig
 from dtppo.distributed.comm import rank
 from dtppo.distributed.parallelize import decoder_layers
 from dtppo.ops import logprobs_from_logits, weighted_sum
-from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
-from harness import _full, run, synthetic_experience
+from harness import _full, layout_engine, run, synthetic_experience
 
 VOCAB = 50
 
@@ -53,16 +52,7 @@ def layout_round(overrides: list[str], out_path: str) -> None:
     world = int(overrides[-1].rpartition("=")[2])
     layout = RankLayout(ParallelConfig(), range(world))
     model = layout.wrap(_model(kind))
-    engine = TrainEngine(
-        model,
-        OptimizerConfig(lr=1e-2, eps=1e-6),
-        SchedulerConfig(),
-        1.0,
-        dp_rank=layout.dp_rank,
-        dp_size=layout.dp_size,
-        dp_group=layout.dp_group,
-        model_group=layout.model_group,
-    )
+    engine = layout_engine(model, layout)
 
     def nll(micro):
         logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits

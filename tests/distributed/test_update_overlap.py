@@ -46,7 +46,7 @@ def _serial_update(trainer, experience, train_policy, timer):
 def _rank(out: str) -> None:
     me = rank()
     trainer = object.__new__(PPOTrainer)  # only the roles and the epoch count: _update touches nothing else
-    trainer.cfg = SimpleNamespace(ppo=SimpleNamespace(ppo_epochs=1))
+    trainer.cfg = SimpleNamespace(ppo=SimpleNamespace(ppo_epochs=1), value=SimpleNamespace(updates_per_step=1))
     trainer.policy = PolicyRole(TimedWorker() if me == 0 else None, range(0, 1), colocated=False)
     trainer.value = ValueRole(TimedWorker() if me == 1 else None, range(1, 2), colocated=False)
     results = {

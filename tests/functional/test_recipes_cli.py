@@ -2,6 +2,8 @@
 whose rewards differ, the overlong penalty is logged; the critic makes K passes, its warmup is logged and capped, and
 a warm start carries its weights into a new run with a fresh optimizer."""
 
+import shutil
+
 import torch
 
 from conftest import REPO, checkpoint_tensors, read_jsonl, run_cli
@@ -30,7 +32,8 @@ def test_dapo_recipe_trains_on_groups_whose_rewards_differ(sft_dir, tmp_path):
         "ppo.dynamic_sampling.max_gen_batches=40",
     ]
     run_cli(["ppo", DAPO, *SMALL, *args], tmp_path)
-    steps = [r for r in read_jsonl(tmp_path / "log" / "metrics.jsonl") if r["step"] >= 1]
+    records = read_jsonl(tmp_path / "log" / "metrics.jsonl")
+    steps = [r for r in records if r["step"] >= 1]
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         batches, kept = r["train/dynamic_sampling/gen_batches"], r["train/dynamic_sampling/kept_groups"]
@@ -41,6 +44,19 @@ def test_dapo_recipe_trains_on_groups_whose_rewards_differ(sft_dir, tmp_path):
         assert r["train/overlong/penalty_mean"] <= 0.0
         assert (r["train/overlong/shaped_samples"] == 0) == (r["train/overlong/penalty_mean"] == 0.0)
         assert not [k for k in r if k.startswith("train/critic/")]
+
+    # A resume from step 1 draws step 2's extra batches from where the loader stood: the same step 2.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "ckpt" / "step_1", resumed / "ckpt" / "step_1")
+    shutil.copytree(tmp_path / "log", resumed / "log")
+    run_cli(["ppo", DAPO, *SMALL, *args], resumed)
+
+    def comparable(r):
+        return {k: v for k, v in r.items() if not k.startswith(("timing/", "perf/"))}
+
+    assert [comparable(r) for r in read_jsonl(resumed / "log" / "metrics.jsonl")] == [comparable(r) for r in records]
+    a, b = (checkpoint_tensors(root / "ckpt" / "step_2", root) for root in (tmp_path, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_sao_recipe_runs_k_critic_passes_and_its_critic_warm_starts_a_new_run(sft_dir, tmp_path):

@@ -9,8 +9,8 @@ from dtppo.algorithms.aggregation import loss_token_weights
 from dtppo.algorithms.losses import policy_loss, value_loss
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.ops import masked_mean, weighted_sum
-from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine
+from test_engine import _experience as engine_batch
 
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -58,19 +58,11 @@ def test_a_weighted_loss_without_weights_is_the_plain_sum():
     assert float(plain) == float(weighted)
 
 
-def _experience(batch=8, width=7):
-    torch.manual_seed(0)
+def _experience(batch=8, width=6):
     mask = torch.zeros(batch, width)
     for b in range(batch):
-        mask[b, 1 : 2 + (3 * b) % (width - 1)] = 1  # 1 to 6 valid tokens: rows of very different lengths
-    return Experience(
-        input_ids=torch.randn(batch, width),
-        attention_mask=torch.ones(batch, width, dtype=torch.long),
-        response_mask=mask,
-        gen_logprobs=torch.zeros(batch, width),
-        truncated=torch.zeros(batch, dtype=torch.bool),
-        returns=torch.randn(batch, width),
-    )
+        mask[b, 1 : 2 + (3 * b) % (width - 1)] = 1  # 1 to 5 valid tokens, out of order: rows of unequal lengths
+    return engine_batch(batch, width).replace(response_mask=mask)
 
 
 def _trained(mode, micro, loss_of):
