@@ -53,18 +53,15 @@ class PromptQueue:
 
     def draw_through(self, step: int) -> tuple[list[Problem], list[list[int]]]:
         """Draw every batch up to ``step``'s; return step's (problems, prompt token ids)."""
-        cfg = self.cfg
         while self.next_step <= step:
             self.positions[self.next_step] = self.loader.state_dict()
-            problems = self.loader.next_batch(cfg.ppo.num_prompts_per_step)
-            problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
-            prompts = encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
-            self.batches[self.next_step] = (problems, prompts)
+            self.batches[self.next_step] = self.draw_extra()
             self.next_step += 1
         return self.batches[step]
 
     def draw_extra(self) -> tuple[list[Problem], list[list[int]]]:
-        """One more batch for the step being trained (dynamic sampling), from where the loader stands."""
+        """The next batch from where the loader stands, (problems, prompt token ids), recorded nowhere: a step's own
+        (``draw_through``) or one more for the step being trained (dynamic sampling)."""
         cfg = self.cfg
         problems = self.loader.next_batch(cfg.ppo.num_prompts_per_step)
         problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]

@@ -133,7 +133,8 @@ class PPOTrainer:
         with timer("advantages"):
             experience = self.estimate(experience)
 
-        train_policy = self._policy_trains(experience)
+        fit = self._critic_fit(experience)  # before any update: it judges the critic's warmup and is logged
+        train_policy = self._policy_trains(fit)
         runs = self._update(experience, train_policy, timer)
 
         with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
@@ -146,7 +147,7 @@ class PPOTrainer:
             metrics |= {f"train/{k}": v for k, v in mean_over(runs["policy_update"]).items()}
         metrics["train/skipped_steps"] = torch.tensor(float(self.policy.skipped_steps()))
         if self.value is not None:
-            metrics |= self._critic_metrics(experience, runs["critic_update"])
+            metrics |= self._critic_metrics(experience, runs["critic_update"], fit)
             metrics |= {name: torch.tensor(value) for name, value in self.warmup.metrics(self.steps_done).items()}
         step_seconds = time.perf_counter() - step_start
         metrics["perf/tokens_per_sec"] = experience.attention_mask.sum() / step_seconds
@@ -230,15 +231,23 @@ class PPOTrainer:
         counts = {"gen_batches": extra + 1, "kept_groups": passed, "filtered_groups": failed}
         return kept, means, {f"train/dynamic_sampling/{name}": float(n) for name, n in counts.items()}
 
-    def _policy_trains(self, experience: Experience) -> bool:
+    def _critic_fit(self, experience: Experience) -> dict[str, torch.Tensor]:
+        """The critic's fit to this batch's returns before its update, over the samples that train: ``returns_var``
+        (0 when every sample got the same reward: the step's EV is then undefined, logging.explained_var_mean) and
+        ``explained_var``; empty without a critic."""
+        if self.value is None:
+            return {}
+        mask = experience.train_mask
+        return {
+            "returns_var": masked_var(experience.returns, mask, unbiased=False),
+            "explained_var": explained_var(experience.returns, experience.old_values, mask),
+        }
+
+    def _policy_trains(self, fit: dict[str, torch.Tensor]) -> bool:
         """Whether the policy trains this step: after the critic's warmup (``warmup.CriticWarmup``), judged on the
-        critic's explained variance on this batch before its update."""
-        ev = None
-        if self.value is not None:
-            mask = experience.train_mask
-            if masked_var(experience.returns, mask, unbiased=False) > EV_MIN_RETURNS_VAR:
-                ev = float(explained_var(experience.returns, experience.old_values, mask))
-        return self.warmup.policy_trains(self.steps_done, ev)
+        critic's explained variance on this batch before its update (``fit``, :meth:`_critic_fit`'s)."""
+        defined = bool(fit) and float(fit["returns_var"]) > EV_MIN_RETURNS_VAR
+        return self.warmup.policy_trains(self.steps_done, float(fit["explained_var"]) if defined else None)
 
     def _update(self, experience: Experience, train_policy: bool, timer: PhaseTimer) -> dict[str, list[dict]]:
         """``ppo.ppo_epochs`` epochs of the critic's update (``value.updates_per_step`` passes each) and (when
@@ -347,18 +356,18 @@ class PPOTrainer:
         metrics = {"train/staleness/mean": staleness, "train/staleness/max": staleness}
         return metrics | {name: torch.tensor(value) for name, value in rollout.metrics.items()}
 
-    def _critic_metrics(self, experience: Experience, critic_runs: list[dict]) -> dict[str, torch.Tensor]:
-        """The critic's predictions before its update, and its update statistics (``train/critic/*``), over the
-        samples that train."""
+    def _critic_metrics(
+        self, experience: Experience, critic_runs: list[dict], fit: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """The critic's predictions before its update (``fit``: :meth:`_critic_fit`'s), and its update statistics
+        (``train/critic/*``), over the samples that train."""
         mask = experience.train_mask
         metrics = {
             "values_mean": masked_mean(experience.old_values, mask),
             "values_min": masked_min(experience.old_values, mask),
             "values_max": masked_max(experience.old_values, mask),
             "returns_mean": masked_mean(experience.returns, mask),
-            # 0 when every sample got the same reward: that step's EV is then undefined (logging.explained_var_mean)
-            "returns_var": masked_var(experience.returns, mask, unbiased=False),
-            "explained_var": explained_var(experience.returns, experience.old_values, mask),
+            **fit,
             # against what the responses actually got, whatever the targets (V-trace's bootstrap toward V)
             "explained_var_outcome": explained_var(
                 outcome_returns(experience.rewards, mask, self.cfg.ppo.gamma), experience.old_values, mask
