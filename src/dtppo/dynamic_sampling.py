@@ -24,14 +24,19 @@ class GroupFilter:
 
     def keep(self, experience: Experience) -> torch.Tensor:
         """[B / group_size] bool: the groups that train. Needs ``rewards`` (and ``old_values`` for
-        ``value_error``); an episode's return includes its turns' rewards."""
+        ``value_error``); an episode's return includes its turns' rewards. A group with a sample whose reward chunk
+        failed (``sample_mask`` 0 at this point) is not kept: its signal is unknown."""
         returns = experience.episode_returns
         if self.criterion == "reward_std":
-            return groups_with_reward_spread(returns, self.group_size)
-        mask = experience.response_mask
-        first_return = first_response_token(outcome_returns(returns, mask, self.gamma), mask)
-        first_value = first_response_token(experience.old_values, mask)
-        return groups_with_value_error(first_return, first_value, self.group_size, self.min_value_error)
+            keep = groups_with_reward_spread(returns, self.group_size)
+        else:
+            mask = experience.response_mask
+            first_return = first_response_token(outcome_returns(returns, mask, self.gamma), mask)
+            first_value = first_response_token(experience.old_values, mask)
+            keep = groups_with_value_error(first_return, first_value, self.group_size, self.min_value_error)
+        if experience.sample_mask is not None:
+            keep &= experience.sample_mask.bool().reshape(-1, self.group_size).all(dim=1)
+        return keep
 
     def rows(self, groups: torch.Tensor) -> list[int]:
         """The sample rows of the groups marked in ``groups`` ([G] bool), in order."""

@@ -84,12 +84,16 @@ def eval_result(
     total: torch.Tensor,
     means: dict[str, float],
     accuracy_name: str | None,
+    failed: torch.Tensor | None = None,
 ) -> EvalResult:
-    """The figures of a scored validation: ``total`` [B] the total reward of each response, ``means`` each part's."""
+    """The figures of a scored validation: ``total`` [B] the total reward of each response, ``means`` each part's
+    (over the responses it scored); ``failed`` [B] bool, responses whose reward chunk failed, left out of the mean
+    reward (NaN when none was scored)."""
     samples = [(p.question, t, p.answer, float(s)) for p, t, s in zip(problems, responses.texts, total)]
+    scored = total if failed is None else total[~failed]
     return EvalResult(
         accuracy=means.get(accuracy_name) if accuracy_name else None,
-        reward=float(total.mean()),
+        reward=float(scored.mean()) if len(scored) else float("nan"),
         rewards=means,
         avg_length=sum(responses.lengths) / len(responses.lengths),
         samples=samples,

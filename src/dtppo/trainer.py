@@ -17,7 +17,7 @@ from dtppo.algorithms.mismatch import mismatch_sample_mask, rollout_is_stats, ro
 from dtppo.algorithms.shaping import overlong_penalty
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.data.loader import PromptLoader, build_sources
-from dtppo.distributed.comm import broadcast, is_main_rank
+from dtppo.distributed.comm import broadcast, broadcast_object, is_main_rank
 from dtppo.dynamic_sampling import build_group_filter
 from dtppo.estimators import build_estimator
 from dtppo.evaluation import EvalResult, decode_responses, eval_result
@@ -27,6 +27,7 @@ from dtppo.metrics import episode_metrics, mean_over, to_floats
 from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.ops import masked_max, masked_mean, masked_min, masked_var
+from dtppo.rewards.failures import RewardFailureError
 from dtppo.rewards.rewarder import RewardBreakdown, Rewarder, check_reward_arguments, concat_breakdowns
 from dtppo.rollouts import Rollout, build_rollouts
 from dtppo.trackers import open_trackers
@@ -121,6 +122,9 @@ class PPOTrainer:
         # holds enough groups that carry a signal
         rollout, reward_means, selection = self._scored_rollout(timer)
         experience = rollout.experience
+        scored = experience.sample_mask  # None unless a reward chunk failed: its samples leave training from here
+        if scored is not None and not scored.any():
+            return self._unscored_step(reward_means, timer, step_start)
 
         with timer("policy_logprobs"), self.policy.inference():
             experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
@@ -140,7 +144,8 @@ class PPOTrainer:
         with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
             self.rollouts.publish(self.steps_done + 1, updated=train_policy)
 
-        metrics = self._rollout_metrics(experience) | self._staleness_metrics(rollout) | episode_metrics(experience)
+        metrics = self._rollout_metrics(experience, scored) | self._staleness_metrics(rollout)
+        metrics |= episode_metrics(experience)
         metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in reward_means.items()}
         metrics |= {name: torch.tensor(value) for name, value in selection.items()}
         if runs.get("policy_update"):
@@ -157,6 +162,15 @@ class PPOTrainer:
         metrics["timing/step"] = torch.tensor(step_seconds)
         self.steps_done += 1
         return to_floats(metrics)
+
+    def _unscored_step(self, reward_means: dict[str, float], timer: PhaseTimer, step_start: float) -> dict[str, float]:
+        """A step whose every reward chunk failed: nothing trains (no model, schedule or warmup moves); its record
+        holds the reward's failure counts and the timings, and ``train/reward`` is NaN (no reward is known)."""
+        self.rollouts.publish(self.steps_done + 1, updated=False)
+        metrics = {f"train/reward/{name}": mean for name, mean in reward_means.items()}
+        metrics |= {"train/reward": float("nan"), "timing/step": time.perf_counter() - step_start}
+        self.steps_done += 1
+        return metrics | {f"timing/{phase}": seconds for phase, seconds in timer.seconds.items()}
 
     def _scored_rollout(self, timer: PhaseTimer) -> tuple[Rollout, dict[str, float], dict[str, float]]:
         """This step's samples with their rewards (and the critic's values), the reward parts' means (rank 0) and
@@ -175,11 +189,14 @@ class PPOTrainer:
             rollout = self.rollouts.take(step) if extra == 0 else self.rollouts.take_extra(step, extra)
             experience = rollout.experience
         with timer("reward"):
-            rewards, scored = torch.zeros(experience.batch_size), None
+            rewards, failed, scored = torch.zeros(experience.batch_size), torch.zeros(experience.batch_size), None
             if self.rewarder is not None:
                 scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
-                rewards = scored.total
-            experience = experience.replace(rewards=broadcast(rewards) + self._overlong_penalty(experience))
+                rewards, failed = scored.total, scored.failed.float()
+            rewards, failed = broadcast(torch.stack([rewards, failed]))
+            experience = experience.replace(rewards=rewards + self._overlong_penalty(experience))
+            if failed.any():  # no reward is known for them: not trained as if it were 0
+                experience = experience.replace(sample_mask=1.0 - failed)
         if self.value is not None:
             with timer("value_inference"), self.value.inference():
                 experience = experience.replace(old_values=self.value.get_values(experience))
@@ -211,7 +228,8 @@ class PPOTrainer:
             used[passing[: needed - have]] = True
             rows = self.group_filter.rows(used)
             if rows:
-                parts.append(rollout.experience.take(torch.tensor(rows)))
+                # the filter keeps no group with a failed sample: every kept row trains
+                parts.append(rollout.experience.take(torch.tensor(rows)).replace(sample_mask=None))
                 problems += [rollout.problems[i] for i in rows]
                 scores.append(scored.take(rows) if scored is not None else None)
             have += len(rows) // self.group_filter.group_size
@@ -222,8 +240,8 @@ class PPOTrainer:
                 f"ppo.dynamic_sampling: only {have} of the {needed} prompt groups a step trains on passed the "
                 f"{sampling.criterion} criterion in {sampling.max_gen_batches} generated batches "
                 f"(ppo.dynamic_sampling.max_gen_batches); the others carry no learning signal (reward_std: every "
-                f"sample of the group got the same reward). Raise max_gen_batches or num_generations_per_prompt, "
-                f"or train on problems nearer the policy's level"
+                f"sample of the group got the same reward) or hold a sample whose reward chunk failed. Raise "
+                f"max_gen_batches or num_generations_per_prompt, or train on problems nearer the policy's level"
             )
         experience = concat_rows(parts, self.tokenizer.pad_token_id)
         kept = Rollout(problems, experience, rollout.staleness, rollout.metrics)
@@ -275,16 +293,18 @@ class PPOTrainer:
         return runs
 
     def _with_rollout_correction(self, experience: Experience) -> Experience:
-        """The samples that leave training (``sample_mask``): truncated ones with ``ppo.overlong_filtering``, those
-        whose probability error exceeds ``ppo.seq_logprob_error_threshold``; then the trained tokens get
-        ``loss.rollout_is`` weights."""
+        """The samples that leave training (``sample_mask``, besides those whose reward failed): truncated ones with
+        ``ppo.overlong_filtering``, those whose probability error exceeds ``ppo.seq_logprob_error_threshold``; then
+        the trained tokens get ``loss.rollout_is`` weights."""
         cfg, threshold = self.cfg, self.cfg.ppo.seq_logprob_error_threshold
         if cfg.ppo.overlong_filtering:
-            experience = experience.replace(sample_mask=(~experience.truncated).float())
+            complete = (~experience.truncated).float()
+            scored = experience.sample_mask
+            experience = experience.replace(sample_mask=complete if scored is None else complete * scored)
             if not experience.sample_mask.any():
                 raise RunStopped(
-                    "every sample of the step was truncated and ppo.overlong_filtering leaves them all out: nothing "
-                    "is left to train on (raise policy.generation.max_new_tokens)"
+                    "every scored sample of the step was truncated and ppo.overlong_filtering leaves them all out: "
+                    "nothing is left to train on (raise policy.generation.max_new_tokens)"
                 )
         if threshold is not None:
             error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, experience.response_mask)
@@ -308,14 +328,15 @@ class PPOTrainer:
             experience = experience.replace(is_weights=weights)
         return experience
 
-    def _rollout_metrics(self, experience: Experience) -> dict[str, torch.Tensor]:
-        """Metrics of the samples themselves (all of them), of the mismatch, and of the advantages (those
-        that train)."""
+    def _rollout_metrics(self, experience: Experience, scored: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Metrics of the samples themselves (all of them; the reward over those ``scored``, [B] 0 / 1, None = all),
+        of the mismatch, and of the advantages (those that train)."""
         mask, trained = experience.response_mask, experience.train_mask
         seq_error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, mask)
         behaviour_ratio = torch.exp(experience.old_logprobs - experience.gen_logprobs)
+        returns = experience.episode_returns
         metrics = {
-            "train/reward": experience.episode_returns.mean(),
+            "train/reward": returns.mean() if scored is None else masked_mean(returns, scored),
             "train/advantages/mean": masked_mean(experience.advantages, trained),
             "train/advantages/min": masked_min(experience.advantages, trained),
             "train/advantages/max": masked_max(experience.advantages, trained),
@@ -385,9 +406,8 @@ class PPOTrainer:
         if self.rewarder is None:
             return None
         scored = self.rewarder.score(self.validation_problems, responses.texts)
-        return eval_result(
-            self.validation_problems, responses, scored.total, scored.means(), self.rewarder.accuracy_name
-        )
+        problems, accuracy_from = self.validation_problems, self.rewarder.accuracy_name
+        return eval_result(problems, responses, scored.total, scored.means(), accuracy_from, scored.failed)
 
     def validate(self) -> dict[str, float]:
         """``validation/*`` metrics (rank 0; the other ranks only take part in sampling)."""
@@ -428,8 +448,12 @@ class PPOTrainer:
                     metrics |= self.validate()
                 logger.log(self.steps_done, metrics)
                 history.append(metrics)
-                if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last):
-                    self.save()
+                stop, saved = self._reward_failures(last), None
+                if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last or stop):
+                    saved = self.save()
+                if stop:
+                    kept = f"checkpoint {saved}" if saved is not None else "not checkpointed: checkpointing is off"
+                    raise RewardFailureError(f"{stop}; stopped after step {self.steps_done} ({kept})")
             finished = True
         finally:
             self.rollouts.close()
@@ -437,6 +461,10 @@ class PPOTrainer:
             if self.rewarder is not None:
                 self.rewarder.close()
         return history
+
+    def _reward_failures(self, last: bool) -> str | None:
+        """Rank 0's verdict on the step's failed reward chunks (``Rewarder.end_step``), on every rank."""
+        return broadcast_object(self.rewarder.end_step(last) if self.rewarder is not None else None, src=0)
 
     def save(self) -> Path:
         """Collective over all ranks: each pool writes its shards, rank 0 the replicated state."""
@@ -449,6 +477,7 @@ class PPOTrainer:
             "steps_done": self.steps_done,
             "warmup": self.warmup.state_dict(),
             "trackers": self.tracker_runs,
+            "reward_failures": self.rewarder.budget.state_dict() if self.rewarder is not None else {},
         }
         if self.value is not None:
             replicated["value"] = self.value.replicated_state()
@@ -493,5 +522,7 @@ class PPOTrainer:
         self.rollouts.restore(replicated["loader"], replicated.get("rollouts", {}), self.steps_done)
         checkpoint.set_rng_state(replicated["rng"])
         self.tracker_runs = replicated.get("trackers", {})  # absent in checkpoints written before trackers
+        if self.rewarder is not None and replicated.get("reward_failures"):  # absent before the failure budget
+            self.rewarder.budget.load_state_dict(replicated["reward_failures"])
         if is_main_rank():
             print(f"resumed from {path}", flush=True)

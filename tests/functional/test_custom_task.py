@@ -145,7 +145,6 @@ def test_a_trl_style_function_on_chat_messages(task):
         ("[rewards.py:SCORE]", [], "SCORE is a float, not callable", False),
         ("[rewards.py:needs_label]", [], "needs a column 'label' that the rows do not have", True),
         ("[rewards.py:topic_score]", ["data.prompt_key=query"], "no usable rows (40 bad: missing_query: 40)", True),
-        ("[rewards.py:raises]", [], "rewards.py:raises' raised ZeroDivisionError: no reward today", True),
     ],
 )
 def test_bad_reward_inputs_exit_2_with_one_line_before_a_step(
@@ -162,6 +161,18 @@ def test_bad_reward_inputs_exit_2_with_one_line_before_a_step(
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in err, err
     metrics = task / "log" / "metrics.jsonl"
     assert not metrics.exists() or not [m for m in read_jsonl(metrics) if "train/reward" in m]
+
+
+def test_a_function_that_always_raises_stops_a_short_run_naming_it(task):
+    """Each raise fails its chunk (a flaky service's would pass); after the last of 2 steps, all 4 chunks failed."""
+    proc = _run(task, _args(task, "[rewards.py:raises]"))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("dtppo: error")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "rewards.py:raises' raised ZeroDivisionError: no reward today on 4 chunk(s); 4 of the 4 chunks" in errors[0]
+    assert errors[0].endswith("stopped after step 2 (not checkpointed: checkpointing is off)")
+    steps = [m for m in read_jsonl(task / "log" / "metrics.jsonl") if "train/reward" in m]
+    assert [m["train/reward"] for m in steps] == ["nan", "nan"]  # no reward known, nothing trained
+    assert all(m["train/reward/raised_chunks"] == 1 and "train/critic/loss" not in m for m in steps)
 
 
 def test_the_readme_example_runs(tmp_path):

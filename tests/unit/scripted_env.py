@@ -50,3 +50,22 @@ class Dies(Scripted):
 class BadInit:
     def __init__(self):
         raise RuntimeError("no license")
+
+
+class Segfaults(Scripted):
+    def step(self, state, text):
+        import ctypes
+
+        ctypes.string_at(0)
+
+
+class Hoards(Scripted):
+    def step(self, state, text):
+        state["hoard"] = [bytearray(64 * 2**20) for _ in range(64)]  # 4 GiB
+        return None, 0.0, True
+
+
+class Chatty(Scripted):
+    def step(self, state, text):
+        os.write(1, b"z" * 1_000_000)
+        return None, 0.0, True

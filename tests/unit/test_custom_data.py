@@ -114,8 +114,8 @@ def test_chat_prompts_go_through_the_template_and_the_length_rule(tmp_path):
         (["reward.functions=[a.py:f, b.py:f]"], "reward.functions[1]: a second function named 'f'"),
         (["reward.functions=[a.py:model]"], "reward.functions[0]: 'model' is a metric name dtppo logs itself"),
         (
-            ["reward.functions=[gsm8k, a.py:late_chunks]", "reward.weights=[1, 1]"],
-            "reward.functions[1]: 'late_chunks' is a metric name dtppo logs itself",
+            ["reward.functions=[gsm8k, a.py:timed_out_chunks]", "reward.weights=[1, 1]"],
+            "reward.functions[1]: 'timed_out_chunks' is a metric name dtppo logs itself",
         ),
         (["reward.functions=[gsm9k]"], "reward.functions[0]: 'gsm9k' is neither a built-in"),
         (["reward.accuracy_from=mine"], "reward.accuracy_from: 'mine' is neither a built-in verifier nor one of"),

@@ -83,12 +83,25 @@ def test_build_group_filter_is_none_unless_enabled():
 
 
 def test_reward_breakdowns_concatenate_and_select_rows():
-    a = RewardBreakdown(torch.tensor([1.0, 0.0]), {"acc": [1.0, 0.0], "fmt": [None, 1.0]}, late_chunks=1)
-    b = RewardBreakdown(torch.tensor([0.5]), {"acc": [0.5], "fmt": [0.0]}, late_chunks=2)
+    failed = torch.tensor([False, False, True])
+    a = RewardBreakdown(torch.tensor([1.0, 0.0]), {"acc": [1.0, 0.0], "fmt": [None, 1.0]}, failed[:2], _counts(1, 0))
+    b = RewardBreakdown(torch.tensor([0.0]), {"acc": [None], "fmt": [None]}, failed[2:], _counts(0, 1))
     both = concat_breakdowns([a, b])
-    assert both.total.tolist() == [1.0, 0.0, 0.5] and both.late_chunks == 3
+    assert both.total.tolist() == [1.0, 0.0, 0.0] and both.failed.tolist() == failed.tolist()
     kept = both.take([1, 2])
-    assert kept.means() == {"acc": 0.25, "fmt": 0.5, "late_chunks": 3.0}
+    assert kept.failed.tolist() == [False, True]
+    # a failed sample is in no part's mean; the counts stay the whole batch's
+    assert kept.means() == {"acc": 0.0, "fmt": 1.0} | _counts(1, 1)
+
+
+def _counts(timed_out: int, crashed: int) -> dict[str, int]:
+    return {
+        "crashed_chunks": crashed,
+        "timed_out_chunks": timed_out,
+        "raised_chunks": 0,
+        "out_of_memory_chunks": 0,
+        "failed_samples": timed_out + crashed,
+    }
 
 
 def _warmup(**value):

@@ -11,9 +11,9 @@ from dtppo.rewards.scoring import RewardScorer
 
 
 def _gsm8k(scorer: RewardScorer, responses: list, truths: list) -> torch.Tensor:
-    """The scorer's GSM8K-verifier scores as a [B] float32 tensor."""
-    (scores,) = scorer.score([None] * len(responses), responses, {"answer": truths})
-    return torch.tensor(scores, dtype=torch.float32)
+    """The scorer's GSM8K-verifier scores as a [B] float32 tensor (a failed chunk's samples as NaN)."""
+    (scores,) = scorer.score([None] * len(responses), responses, {"answer": truths}).scores
+    return torch.tensor([float("nan") if s is None else s for s in scores], dtype=torch.float32)
 
 
 def _in_this_process(responses: list, truths: list) -> torch.Tensor:
@@ -35,7 +35,7 @@ def test_process_pool_scores_like_the_trainer_process():
         scorer.close()
 
 
-def test_late_chunks_score_zero_within_the_time_bound():
+def test_late_chunks_fail_within_the_time_bound():
     # A 1 ms bound: shipping one 256-pair chunk alone takes longer, so chunks are late on any machine
     # (a bound in the hundreds of ms was met by a fast idle machine and the test could not fail).
     scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=0.001), backend="local", specs=["gsm8k"])
@@ -44,9 +44,14 @@ def test_late_chunks_score_zero_within_the_time_bound():
         many, truths = RESPONSES * 300, TRUTHS * 300
         first_pids = set(scorer.pool.worker_pids)
         start = time.monotonic()
-        scores = _gsm8k(scorer, many, truths)
-        assert time.monotonic() - start < 2.0  # the bound, then terminating and respawning late processes
-        assert scorer.late_chunks > 0 and scores.shape == (len(many),) and scores.sum() < 20 * 300
+        scored = scorer.score([None] * len(many), many, {"answer": truths})
+        assert time.monotonic() - start < 2.0  # the bound, then killing and respawning late processes
+        late = [f for f in scored.failures if f.kind == "timed_out"]
+        assert late and len(scored.failures) == len(late) and scored.chunks == -(-len(many) // 256)
+        # exactly the late chunks' samples have no score
+        assert scored.failed == [any(f.first <= i < f.first + f.size for f in late) for i in range(len(many))]
+        assert [s is None for s in scored.scores[0]] == scored.failed
+        assert "no answer within 0.001 s" in late[0].describe() and "'gsm8k' timed out" in late[0].describe()
         # the stuck processes were replaced (that replacements score right is the next test's check)
         scorer.wait_ready()
         pids = scorer.pool.worker_pids
@@ -55,8 +60,9 @@ def test_late_chunks_score_zero_within_the_time_bound():
         scorer.close()
 
 
-def test_the_rewarder_counts_each_batchs_late_chunks_in_its_means():
-    """What ``train/reward/late_chunks`` logs: the chunks of that batch that missed the bound, not a running total."""
+def test_the_rewarder_counts_each_batchs_failed_chunks_in_its_means():
+    """What ``train/reward/timed_out_chunks`` logs: the chunks of that batch that missed the bound, not a running
+    total; their samples get no reward (0 in the total, out of every mean)."""
     reward = RewardConfig(functions=("gsm8k",), weights=(1.0,), num_workers=1, timeout_s=0.001)
     rewarder = Rewarder(reward, system_prompt=None, backend="local", device=None)
     problems = [Problem(question="q", solution="", answer=truth) for truth in TRUTHS * 300]
@@ -65,9 +71,13 @@ def test_the_rewarder_counts_each_batchs_late_chunks_in_its_means():
         first, second = (rewarder.score(problems, RESPONSES * 300) for _ in range(2))
     finally:
         rewarder.close()
-    assert 0 < first.late_chunks <= chunks and 0 < second.late_chunks <= chunks
-    assert rewarder.scorer.late_chunks == first.late_chunks + second.late_chunks
-    assert first.means()["late_chunks"] == first.late_chunks
+    for scored in (first, second):
+        means = scored.means()
+        assert 0 < means["timed_out_chunks"] <= chunks and means["failed_samples"] == scored.failed.sum()
+        assert means["crashed_chunks"] == means["raised_chunks"] == means["out_of_memory_chunks"] == 0
+        assert scored.total[scored.failed].eq(0).all()
+    window = rewarder.budget.chunks  # both batches belong to the step not yet closed
+    assert window == 2 * chunks
 
 
 def test_pool_survives_its_workers_being_killed():
@@ -78,6 +88,5 @@ def test_pool_survives_its_workers_being_killed():
         for pid in scorer.pool.worker_pids:
             os.kill(pid, signal.SIGKILL)
         assert torch.equal(_gsm8k(scorer, RESPONSES, TRUTHS), _in_this_process(RESPONSES, TRUTHS))
-        assert scorer.late_chunks == 0
     finally:
         scorer.close()

@@ -7,12 +7,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dtppo.config.reward_spec import LATE_CHUNKS_NAME, MODEL_NAME, parse_spec
+from dtppo.config.reward_spec import RESERVED_NAMES, parse_spec
 from dtppo.config.rules import ConfigError, at_least, names_a_directory, require
 from dtppo.config.training import OptimizerConfig, SchedulerConfig
 
 # Each task's verifier: its default reward function and the source of validation/accuracy (custom has none).
 TASK_VERIFIERS: dict[str, str | None] = {"tiny_math": "gsm8k", "gsm8k": "gsm8k", "math": "math", "custom": None}
+MIN_MEMORY_LIMIT_MIB = 128  # below it, importing a user's libraries (numpy: about 30 MiB) may not fit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,9 +202,27 @@ class RewardConfig:
     model: RewardModelConfig = field(default_factory=RewardModelConfig)
     """A learned reward model whose score joins the functions' sum."""
     num_workers: int = 2
-    """Scoring processes (local run) or Ray actors (Ray run); 0 = in rank 0's process."""
+    """Scoring processes (local run) or Ray actors (Ray run); 0 = in rank 0's process (no time, memory or output
+    bound, and a crash ends the run)."""
     timeout_s: float = 30.0
-    """A chunk not scored by then gets 0.0 instead of stalling the step."""
+    """A chunk not scored by then fails (``timed_out``) instead of stalling the step; its process is replaced."""
+    memory_limit_mib: int = 4096
+    """Data (heap and private memory) the functions may add to what each scoring process or Ray scoring actor holds
+    once started (about 55 and 220 MiB), enforced by the kernel on Linux (``RLIMIT_DATA``): a function that
+    allocates past it fails its own chunk (``out_of_memory``, or ``crashed``). 0 = no limit; at least 128
+    otherwise."""
+    max_print_bytes: int = 16384
+    """What the functions may write to stdout and stderr per chunk (``print``, C code, subprocesses); the rest is
+    dropped with one notice."""
+    max_failed_fraction: float = 0.5
+    """The run stops (exit 2, after checkpointing the step) when more than this fraction of the chunks scored over
+    the last ``failure_window`` steps failed (crashed, timed out, raised, out of memory); 1 = never. A failed
+    chunk's samples leave training (``sample_mask`` 0) instead of counting as reward 0."""
+    failure_window: int = 5
+    """Steps the failure fraction is taken over. Before that many steps have run, the steps not yet run count as
+    chunks that succeeded at the current rate, so a function that always fails stops the run after
+    ``floor(max_failed_fraction · failure_window) + 1`` steps (3 with the defaults), and with the defaults one
+    flaky chunk never does; after the run's last step the steps run are all there is."""
 
     def __post_init__(self) -> None:
         """The functions given parse and have unique metric names; what ``Config`` fills in from data.task (the
@@ -216,11 +235,10 @@ class RewardConfig:
                 raise ConfigError(f"functions[{i}]: {err}") from None
         for i, name in enumerate(names):
             require(
-                name not in (MODEL_NAME, LATE_CHUNKS_NAME),
+                name not in RESERVED_NAMES,
                 f"functions[{i}]",
-                f"{name!r} is a metric name "
-                f"dtppo logs itself (train/reward/{name}: the reward model's, the late-chunk count): rename "
-                f"the function",
+                f"{name!r} is a metric name dtppo logs itself (train/reward/{name}: the reward model's score, "
+                f"the failed chunks and samples): rename the function",
             )
             require(
                 name not in names[:i],
@@ -230,6 +248,19 @@ class RewardConfig:
         require(all(math.isfinite(w) for w in self.weights or ()), "weights", "must be finite numbers")
         require(self.num_workers >= 0, "num_workers", "must be >= 0")
         require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
+        check_process_bounds(self)
+        require(0.0 <= self.max_failed_fraction <= 1.0, "max_failed_fraction", "must be in [0, 1]")
+        at_least(self, 1, "failure_window")
+
+
+def check_process_bounds(section: RewardConfig | EnvConfig) -> None:
+    """``memory_limit_mib`` and ``max_print_bytes`` of the processes that run the user's code."""
+    require(
+        section.memory_limit_mib == 0 or section.memory_limit_mib >= MIN_MEMORY_LIMIT_MIB,
+        "memory_limit_mib",
+        f"must be 0 (no limit) or at least {MIN_MEMORY_LIMIT_MIB}",
+    )
+    require(section.max_print_bytes >= 0, "max_print_bytes", "must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,9 +286,15 @@ class EnvConfig:
     """Strings that end an assistant turn besides the stop tokens (e.g. ``</calc>``): the turn keeps the text up to
     and including the first one, and the environment answers it."""
     num_workers: int = 2
-    """Environment processes per generating rank; 0 = in the generating process (no time limit then)."""
+    """Environment processes per generating rank; 0 = in the generating process (no time, memory or output bound
+    then)."""
     timeout_s: float = 30.0
     """A batch of resets or steps not answered by then stops the run with one line naming the environment."""
+    memory_limit_mib: int = 4096
+    """Data the environment may add to what each environment process holds once started (``reward.memory_limit_mib``'s
+    rule): past it, the step raises ``MemoryError`` and the run stops naming it. 0 = no limit."""
+    max_print_bytes: int = 16384
+    """What the environment may write to stdout and stderr per job; the rest is dropped with one notice."""
 
     def __post_init__(self) -> None:
         if self.class_ is not None:
@@ -270,6 +307,7 @@ class EnvConfig:
         require(all(s for s in self.stop), "stop", "an empty string would end every turn at once")
         require(self.num_workers >= 0, "num_workers", "must be >= 0")
         require(0 < self.timeout_s < math.inf, "timeout_s", "must be a finite number of seconds > 0")
+        check_process_bounds(self)
 
     @property
     def multi_turn(self) -> bool:

@@ -9,7 +9,7 @@ from dtppo.config import EnvConfig
 from dtppo.config.reward_spec import parse_spec
 from dtppo.envs.interface import EnvironmentFailure, Observation, load_environment, run_job
 from dtppo.envs.worker import serve
-from dtppo.process_pool import ProcessPool
+from dtppo.process_pool import JobFailure, ProcessPool
 
 STARTUP_S = 120.0  # longest wait for fresh environment processes to start (not counted in timeout_s)
 MAX_CHUNK = 64  # episodes per job: bounds what one late job holds up
@@ -25,7 +25,8 @@ class EnvClient:
         self.env = load_environment(self.spec, self.kwargs)
         self.pool = None
         if cfg.num_workers > 0:
-            self.pool = ProcessPool(cfg.num_workers, serve, (self.spec, self.kwargs), "dtppo-env")
+            args = (self.spec, self.kwargs, cfg.memory_limit_mib, cfg.max_print_bytes)
+            self.pool = ProcessPool(cfg.num_workers, serve, args, "dtppo-env")
             self.pool.wait_ready(STARTUP_S)
 
     def reset(self, rows: list[dict[str, Any]], ids: list[int]) -> list[Any]:
@@ -46,10 +47,15 @@ class EnvClient:
         jobs = [(kind, ids[i : i + size], *(c[i : i + size] for c in columns)) for i in starts]
         out = []
         for job, answer in zip(jobs, self.pool.map(jobs, self.timeout_s)):
-            if answer is None:
+            if isinstance(answer, JobFailure):
+                what = (
+                    f"its process died twice ({answer.detail})"
+                    if answer.kind == "crashed"
+                    else f"no answer within env.timeout_s = {self.timeout_s:g} s"
+                )
                 raise EnvironmentFailure(
-                    f"environment {self.spec!r}: no answer to the {kind} of samples {job[1][0]}..{job[1][-1]} within "
-                    f"env.timeout_s = {self.timeout_s:g} s (it hangs, or its process died twice)"
+                    f"environment {self.spec!r}: {answer.kind.replace('_', ' ')} on the {kind} of samples "
+                    f"{job[1][0]}..{job[1][-1]}: {what}"
                 )
             out += _answer(answer)
         return out

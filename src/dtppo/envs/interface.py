@@ -75,7 +75,8 @@ def run_job(spec: str, env: Any, job: tuple) -> tuple[str, Any]:
             state, text = item
             result = env.step(state, text)
         except Exception as err:  # the user's code: reported with the environment's name and the sample
-            return "error", f"environment {spec!r}: {kind} raised {type(err).__name__}: {err} ({where})"
+            limit = " (out of memory: env.memory_limit_mib)" if isinstance(err, MemoryError) else ""
+            return "error", f"environment {spec!r}: {kind} raised {type(err).__name__}: {err}{limit} ({where})"
         try:
             out.append((state, *checked_step(result)))
         except ValueError as err:

@@ -8,8 +8,10 @@ TRL's GRPOTrainer signature, so a function written for TRL (``def f(completions,
 
 What a function returns is checked here, in the process that runs it (a scoring process, a Ray actor or rank 0):
 the wrong length, a non-number, NaN or inf is a ``RewardFunctionError`` naming the function and the first bad
-sample, never a silent 0. A function that raises is the same error. This module imports no torch: scoring
-processes load it.
+sample, never a silent 0: the contract is broken on every call, so the run stops. A function that raises
+(``FunctionRaised``) fails its chunk instead: a flaky sandbox or service does that now and then, and the run stops
+only when failures pass ``reward.max_failed_fraction`` (``rewards.failures``). This module imports no torch:
+scoring processes load it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ _PREVIEW = 60  # characters of a bad sample's prompt quoted in an error
 
 class RewardFunctionError(InputError):
     """A reward function cannot be loaded or called, or returned unusable scores; names the function."""
+
+
+class FunctionRaised(RewardFunctionError):
+    """A reward function raised on a chunk; ``kind`` is ``out_of_memory`` for a ``MemoryError`` (the scoring
+    process's ``reward.memory_limit_mib``), else ``raised``; ``detail`` the exception in one line."""
+
+    def __init__(self, message: str, kind: str, detail: str):
+        super().__init__(message)
+        self.kind, self.detail = kind, detail
 
 
 def completion_text(completion: Any) -> str:
@@ -109,9 +120,11 @@ def call_function(
     try:
         values = fn(prompts=prompts, completions=completions, **columns)
     except Exception as err:  # the user's code: reported with the function's name, never scored as 0
-        raise RewardFunctionError(
-            f"reward function {spec!r} raised {type(err).__name__}: {err} (on a chunk of "
-            f"samples {offset}..{offset + len(completions) - 1})"
+        detail, last = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__, offset + len(completions) - 1
+        raise FunctionRaised(
+            f"reward function {spec!r} raised {detail} (on a chunk of samples {offset}..{last})",
+            "out_of_memory" if isinstance(err, MemoryError) else "raised",
+            detail,
         ) from err
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
         values = values.tolist()  # numpy arrays and tensors
@@ -143,11 +156,22 @@ def load_functions(specs: Sequence[str]) -> list[tuple[str, RewardFunction]]:
     return [(spec, reward_function(spec)) for spec in specs]
 
 
-def score_job(functions: list[tuple[str, RewardFunction]], job: tuple) -> tuple[str, Any]:
-    """One chunk ``(offset, prompts, completions, columns)``: ``("scores", [scores per function])``, or
-    ``("error", message)`` for a function that failed (the parent raises it: a pipe carries no exception)."""
+def score_job(
+    functions: list[tuple[str, RewardFunction]], job: tuple, announce: Callable[[str], None] | None = None
+) -> tuple[str, Any]:
+    """One chunk ``(offset, prompts, completions, columns)``: ``("scores", [scores per function])``; ``("failed",
+    (kind, spec, detail))`` for a function that raised (``FunctionRaised``: the chunk fails, the run goes on);
+    ``("error", message)`` for unusable scores (the parent raises it: a pipe carries no exception). ``announce``
+    is told each function's spec before it runs (a crash is then named by the function it happened in)."""
     offset, prompts, completions, columns = job
-    try:
-        return "scores", [call_function(spec, fn, prompts, completions, columns, offset) for spec, fn in functions]
-    except RewardFunctionError as err:
-        return "error", str(err)
+    scores = []
+    for spec, fn in functions:
+        if announce is not None:
+            announce(spec)
+        try:
+            scores.append(call_function(spec, fn, prompts, completions, columns, offset))
+        except FunctionRaised as err:
+            return "failed", (err.kind, spec, err.detail)
+        except RewardFunctionError as err:
+            return "error", str(err)
+    return "scores", scores

@@ -3,50 +3,62 @@ model (run in this rank's process, on its device), with each part's scores kept 
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 
 import torch
 
 from dtppo.config import Config, RewardConfig
-from dtppo.config.reward_spec import BUILTINS, LATE_CHUNKS_NAME, MODEL_NAME, parse_spec
+from dtppo.config.reward_spec import BUILTINS, FAILED_SAMPLES_NAME, FAILURE_KINDS, MODEL_NAME, parse_spec
 from dtppo.data.loader import conversation
 from dtppo.data.problem import Problem
+from dtppo.rewards.failures import ChunkFailure, FailureBudget
 from dtppo.rewards.functions import Scores, check_arguments, load_functions
 from dtppo.rewards.scoring import RewardScorer
 
 
 @dataclass(frozen=True)
 class RewardBreakdown:
-    """total: [B] float32, the weighted sum (a None score counts as 0). scores: each part's scores by metric name
-    (the functions', the accuracy verifier's when it is not one of them, ``model`` for the RM), one per sample.
-    late_chunks: how many chunks of this batch missed ``reward.timeout_s`` (every function scored them 0.0)."""
+    """total: [B] float32, the weighted sum (a None score counts as 0; 0 for a failed sample). scores: each part's
+    scores by metric name (the functions', the accuracy verifier's when it is not one of them, ``model`` for the
+    RM), one per sample, None for a failed sample's functions. failed: [B] bool, the samples of the chunks that
+    could not be scored (``failures.ChunkFailure``). failures: this batch's failed chunks per kind
+    (``<kind>_chunks``) and their samples (``failed_samples``)."""
 
     total: torch.Tensor
     scores: dict[str, Scores]
-    late_chunks: int
+    failed: torch.Tensor
+    failures: dict[str, int]
 
     def means(self) -> dict[str, float]:
         """Each part's mean over the samples it applies to (not None), a part that applied to none left out; and
-        ``late_chunks`` under ``LATE_CHUNKS_NAME``, so that a step whose rewards were partly zeroed shows in its
-        record."""
+        the failure counts, so that a step whose rewards were partly lost shows in its record."""
         means = {}
         for name, scores in self.scores.items():
             given = [s for s in scores if s is not None]
             if given:
                 means[name] = sum(given) / len(given)
-        return means | {LATE_CHUNKS_NAME: float(self.late_chunks)}
+        return means | {name: float(n) for name, n in self.failures.items()}
 
     def take(self, rows: list[int]) -> RewardBreakdown:
-        """The samples ``rows`` (indices into this batch); the late chunks stay the whole batch's."""
+        """The samples ``rows`` (indices into this batch); the failure counts stay the whole batch's."""
         scores = {name: [values[i] for i in rows] for name, values in self.scores.items()}
-        return RewardBreakdown(self.total[rows], scores, self.late_chunks)
+        return RewardBreakdown(self.total[rows], scores, self.failed[rows], self.failures)
+
+
+def failure_counts(failures: list[ChunkFailure], failed_samples: int) -> dict[str, int]:
+    """``RewardBreakdown.failures`` of a batch: its failed chunks per kind, and their samples."""
+    kinds = collections.Counter(f.kind for f in failures)
+    return {f"{kind}_chunks": kinds[kind] for kind in FAILURE_KINDS} | {FAILED_SAMPLES_NAME: failed_samples}
 
 
 def concat_breakdowns(parts: list[RewardBreakdown]) -> RewardBreakdown:
-    """Batches scored one after the other (dynamic sampling's extra batches) as one: samples in order, late chunks
-    added."""
+    """Batches scored one after the other (dynamic sampling's extra batches) as one: samples in order, failure
+    counts added."""
     scores = {name: [s for part in parts for s in part.scores[name]] for name in parts[0].scores}
-    return RewardBreakdown(torch.cat([part.total for part in parts]), scores, sum(part.late_chunks for part in parts))
+    failures = {name: sum(part.failures[name] for part in parts) for name in parts[0].failures}
+    total, failed = torch.cat([part.total for part in parts]), torch.cat([part.failed for part in parts])
+    return RewardBreakdown(total, scores, failed, failures)
 
 
 def reward_columns(problems: list[Problem]) -> dict[str, list]:
@@ -70,7 +82,8 @@ class Rewarder:
     """Scores a batch: ``reward.functions`` (weights ``reward.weights``), the accuracy verifier when it is not among
     them (weight 0: for ``validation/accuracy``), and the RM at ``reward.model.path``, which reads each prompt with
     ``system_prompt`` (``data.system_prompt``) as the policy did. ``backend``: ``cluster.backend``, where the
-    functions run (``RewardScorer``); ``device``: the RM's."""
+    functions run (``RewardScorer``); ``device``: the RM's. Its ``budget`` counts the failed chunks of each step
+    (``end_step``)."""
 
     def __init__(self, reward: RewardConfig, system_prompt: str | None, backend: str, device: torch.device | None):
         self.system_prompt = system_prompt
@@ -83,6 +96,7 @@ class Rewarder:
             self.names.append(reward.accuracy_from)
         self.accuracy_name = reward.accuracy_from
         self.scorer = RewardScorer(reward, backend, specs)
+        self.budget = FailureBudget(reward.max_failed_fraction, reward.failure_window)
         self.model, self.model_weight = None, reward.model.weight
         if reward.model.path is not None:
             from dtppo.rewards.model import RewardModel
@@ -96,8 +110,9 @@ class Rewarder:
         given = [
             [{"role": "assistant", "content": c}] if p.conversational else c for p, c in zip(problems, completions)
         ]
-        late = self.scorer.late_chunks
-        scores = dict(zip(self.names, self.scorer.score(prompts, given, reward_columns(problems))))
+        scored = self.scorer.score(prompts, given, reward_columns(problems))
+        self.budget.record(scored.chunks, scored.failures)
+        scores = dict(zip(self.names, scored.scores))
         weighted = [(self.weights[i], scores[name]) for i, name in enumerate(self.names)]
         if self.model is not None:
             conversations = [
@@ -106,8 +121,15 @@ class Rewarder:
             ]
             scores[MODEL_NAME] = self.model.score(conversations).tolist()
             weighted.append((self.model_weight, scores[MODEL_NAME]))
+        failed = torch.tensor(scored.failed, dtype=torch.bool)
         total = [sum(w * part[i] for w, part in weighted if part[i] is not None) for i in range(len(completions))]
-        return RewardBreakdown(torch.tensor(total, dtype=torch.float32), scores, self.scorer.late_chunks - late)
+        total = torch.tensor(total, dtype=torch.float32).masked_fill(failed, 0.0)
+        return RewardBreakdown(total, scores, failed, failure_counts(scored.failures, int(failed.sum())))
+
+    def end_step(self, last: bool) -> str | None:
+        """Close the step's failure count (``failures.FailureBudget.end_step``; ``last``: the run's final step): why
+        the run must stop, or None."""
+        return self.budget.end_step(last)
 
     def close(self) -> None:
         self.scorer.close()

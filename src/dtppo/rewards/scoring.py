@@ -2,29 +2,33 @@
 
 A local run fans chunks out to a process pool, a Ray run to long-lived Ray scoring actors (sync actors run
 their calls in their main thread, and import math-verify once instead of once per task). Either way the
-functions run in a worker's main thread, where math-verify's own timeouts work, and a chunk that misses
-``timeout_s`` scores 0.0 for every function instead of stalling the step. ``num_workers: 0`` scores in this
-process. A function that raises or returns unusable scores stops the run with its name
+functions run in a worker's main thread, where math-verify's own timeouts work. ``num_workers: 0`` scores in this
+process. A chunk whose process crashed, that missed ``timeout_s``, on which a function raised or ran out of memory
+fails (``failures.ChunkFailure``): its samples get no score and the caller decides what that costs
+(``failures.FailureBudget``). A function that returns unusable scores stops the run with its name
 (``functions.RewardFunctionError``), wherever it ran.
 
-Memory and liveness are bounded whatever the batch holds:
+Memory and liveness are bounded whatever the batch and the user's code do:
 - workers get chunks of at most ``MAX_CHUNK`` samples; when only built-in verifiers run, a chunk carries only what
   they read (``answers.tail``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
   worker's memory does not grow with the batch size or response length;
+- each worker runs under ``reward.memory_limit_mib`` and ``reward.max_print_bytes`` (``sandbox.confine``);
 - pool workers import ``dtppo.rewards.functions`` (not torch) and build math-verify's parser when they start;
   ``timeout_s`` bounds scoring, not process start-up: a fresh pool is waited for (up to ``STARTUP_S``) first;
-- a late chunk means its worker is stuck (or died): that worker is terminated and replaced (``ProcessPool``;
+- a late chunk means its worker is stuck (or died): that worker is killed and replaced (``ProcessPool``;
   the Ray path kills and replaces the late actors), so one bad step cannot starve every later one.
 """
 
 from __future__ import annotations
 
-import logging
+import os
+from dataclasses import dataclass
 
 from dtppo.answers import tail
 from dtppo.config import RewardConfig
 from dtppo.config.reward_spec import parse_spec
-from dtppo.process_pool import ProcessPool
+from dtppo.process_pool import JobFailure, ProcessPool
+from dtppo.rewards.failures import ChunkFailure
 from dtppo.rewards.functions import (
     RewardFunctionError,
     Scores,
@@ -33,22 +37,40 @@ from dtppo.rewards.functions import (
     reference_text,
     score_job,
 )
-from dtppo.rewards.pool_worker import serve
+from dtppo.rewards.pool_worker import OUTPUT_CAP, serve
+from dtppo.sandbox import confine, exit_if_forked
 
-log = logging.getLogger(__name__)
-
-MAX_CHUNK = 256  # samples per task: bounds a worker's memory and the share of a batch one late task zeroes
+MAX_CHUNK = 256  # samples per task: bounds a worker's memory and the share of a batch one failed task loses
 STARTUP_S = 120.0  # longest wait for fresh scoring processes to start (not counted in timeout_s)
+_PREVIEW = 60  # characters of a failed chunk's first prompt quoted in its line
 
 
 class ScoringActor:
-    """Plain class; made a Ray actor by RewardScorer."""
+    """Plain class; made a Ray actor by RewardScorer. Bounded as a pool worker is (Ray runs each actor in a process
+    of its own)."""
 
-    def __init__(self, specs: list[str]):
+    def __init__(self, specs: list[str], memory_limit_mib: int, max_print_bytes: int):
+        self.output = confine(memory_limit_mib, max_print_bytes, OUTPUT_CAP)
         self.functions = load_functions(specs)
+        self.pid = os.getpid()
 
     def score(self, job: tuple) -> tuple:
-        return score_job(self.functions, job)
+        self.output.start_job()
+        answer = score_job(self.functions, job)
+        exit_if_forked(self.pid)
+        self.output.flush()
+        return answer
+
+
+@dataclass(frozen=True)
+class ScoredChunks:
+    """A scored batch. scores: each function's (in ``specs`` order), one per sample, None for a failed chunk's;
+    failed: one flag per sample; failures: the chunks that failed; chunks: how many the batch was split into."""
+
+    scores: list[Scores]
+    failed: list[bool]
+    failures: list[ChunkFailure]
+    chunks: int
 
 
 def _chunks(n: int, workers: int) -> list[slice]:
@@ -59,10 +81,7 @@ def _chunks(n: int, workers: int) -> list[slice]:
 
 class RewardScorer:
     """Runs the reward functions ``specs`` name in ``cfg.num_workers`` processes (backend "local") or Ray actors
-    (backend "ray"), or in this process (``num_workers: 0``).
-
-    ``late_chunks`` counts the chunks that missed ``timeout_s`` (scored 0.0) since construction; ``Rewarder``
-    reports each batch's count (``train/reward/late_chunks``)."""
+    (backend "ray"), or in this process (``num_workers: 0``)."""
 
     def __init__(self, cfg: RewardConfig, backend: str, specs: list[str]):
         self.cfg, self.backend = cfg, backend
@@ -70,32 +89,35 @@ class RewardScorer:
         self.specs = [p.absolute() for p in parsed]
         self.builtin_only = all(p.kind == "builtin" for p in parsed)
         self.pool = None
-        self.late_chunks = 0
         # No functions (a reward model alone): nothing to fan out, so no processes to start.
         self.num_workers = cfg.num_workers if specs else 0
+        bounds = (cfg.memory_limit_mib, cfg.max_print_bytes)
         if self.num_workers == 0:
             self.functions = load_functions(self.specs)
         if self.num_workers > 0 and backend == "local":
-            self.pool = ProcessPool(cfg.num_workers, serve, (self.specs,), "dtppo-reward")
+            self.pool = ProcessPool(cfg.num_workers, serve, (self.specs, *bounds), "dtppo-reward")
         if self.num_workers > 0 and backend == "ray":
             import ray
 
             # num_cpus=0: the rank actors hold the placement group's CPUs; scoring must still schedule.
             self._actor_cls = ray.remote(num_cpus=0)(ScoringActor)
-            self.actors = [self._actor_cls.remote(self.specs) for _ in range(cfg.num_workers)]
+            self._actor_args = (self.specs, *bounds)
+            self.actors = [self._actor_cls.remote(*self._actor_args) for _ in range(cfg.num_workers)]
 
     def wait_ready(self) -> None:
         """Block until the pool's processes have started (at most ``STARTUP_S``); ``score`` does this too."""
         if self.pool is not None:
             self.pool.wait_ready(STARTUP_S)
 
-    def score(self, prompts: list, completions: list, columns: dict[str, list]) -> list[Scores]:
-        """Each function's scores (in ``specs`` order), one per sample; a late chunk scores 0.0 for every function
-        and is counted in a warning. Raises ``RewardFunctionError`` when a function failed."""
+    def score(self, prompts: list, completions: list, columns: dict[str, list]) -> ScoredChunks:
+        """Each function's scores of each sample, and the chunks that failed. Raises ``RewardFunctionError`` when a
+        function returned unusable scores."""
+        shown = prompts  # a failed chunk is named by its first prompt, which the built-ins' inputs leave out
         if self.builtin_only:
             prompts, completions, columns = _builtin_inputs(prompts, completions, columns)
         if self.num_workers == 0:
-            return _answer(score_job(self.functions, (0, prompts, completions, columns)))
+            parts = [slice(0, len(completions))]
+            return self._collect(parts, [score_job(self.functions, (0, prompts, completions, columns))], shown)
         parts = _chunks(len(completions), self.num_workers)
         jobs = [(p.start, prompts[p], completions[p], {k: v[p] for k, v in columns.items()}) for p in parts]
         if self.backend == "ray":
@@ -103,31 +125,48 @@ class RewardScorer:
         else:
             self.wait_ready()
             answers = self.pool.map(jobs, self.cfg.timeout_s)
-        return self._collect(parts, answers)
+        return self._collect(parts, answers, shown)
 
-    def _score_ray(self, jobs: list[tuple]) -> list[tuple | None]:
+    def _score_ray(self, jobs: list[tuple]) -> list[tuple | JobFailure]:
         import ray
 
         owners = [i % len(self.actors) for i in range(len(jobs))]
         refs = [self.actors[a].score.remote(job) for a, job in zip(owners, jobs)]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.timeout_s)
-        answers = [_ray_result(r) if r in ready else None for r in refs]
-        for a in sorted({a for a, r in zip(owners, answers) if r is None}):
-            # a stuck actor is replaced, so the next step has its full capacity
+        late = JobFailure("timed_out", f"no answer within {self.cfg.timeout_s:g} s", None)
+        answers = [_ray_result(r) if r in ready else late for r in refs]
+        for a in sorted({a for a, r in zip(owners, answers) if isinstance(r, JobFailure)}):
+            # a stuck or dead actor is replaced, so the next step has its full capacity
             ray.kill(self.actors[a], no_restart=True)
-            self.actors[a] = self._actor_cls.remote(self.specs)
+            self.actors[a] = self._actor_cls.remote(*self._actor_args)
         return answers
 
-    def _collect(self, parts: list[slice], answers: list[tuple | None]) -> list[Scores]:
-        late = sum(a is None for a in answers)
-        if late:
-            self.late_chunks += late
-            log.warning("%d of %d reward chunks missed the time bound and score 0.0", late, len(parts))
-        chunks = [
-            _answer(a) if a is not None else [[0.0] * (p.stop - p.start)] * len(self.specs)
-            for p, a in zip(parts, answers)
-        ]
-        return [[s for chunk in chunks for s in chunk[f]] for f in range(len(self.specs))]
+    def _collect(self, parts: list[slice], answers: list[tuple | JobFailure], prompts: list) -> ScoredChunks:
+        scores: list[Scores] = [[] for _ in self.specs]
+        failed, failures = [], []
+        for part, answer in zip(parts, answers):
+            size = part.stop - part.start
+            failure = self._failure(part, answer, prompts)
+            for f in range(len(self.specs)):
+                scores[f] += [None] * size if failure is not None else answer[1][f]
+            failed += [failure is not None] * size
+            failures += [failure] if failure is not None else []
+        return ScoredChunks(scores, failed, failures, len(parts))
+
+    def _failure(self, part: slice, answer: tuple | JobFailure, prompts: list) -> ChunkFailure | None:
+        """What failed in a chunk (None: it was scored); raises on unusable scores."""
+        if isinstance(answer, JobFailure):
+            kind, function, detail = answer.kind, answer.label or ", ".join(self.specs), answer.detail
+        elif answer[0] == "error":
+            raise RewardFunctionError(answer[1])
+        elif answer[0] == "scores":
+            return None
+        else:
+            kind, function, detail = answer[1]
+        if kind == "out_of_memory":
+            detail += f", past reward.memory_limit_mib = {self.cfg.memory_limit_mib} MiB"
+        prompt = str(prompts[part.start])[:_PREVIEW]
+        return ChunkFailure(kind, function, detail, part.start, part.stop - part.start, prompt)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -147,17 +186,10 @@ def _builtin_inputs(prompts: list, completions: list, columns: dict[str, list]) 
     return [None] * len(texts), texts, {"answer": answer}
 
 
-def _answer(answer: tuple) -> list[Scores]:
-    kind, payload = answer
-    if kind == "error":
-        raise RewardFunctionError(payload)
-    return payload
-
-
-def _ray_result(ref) -> tuple | None:
+def _ray_result(ref) -> tuple | JobFailure:
     import ray
 
     try:
         return ray.get(ref)
-    except Exception:  # noqa: BLE001 - a dead actor's chunk scores 0.0; the actor is replaced
-        return None
+    except Exception as err:  # noqa: BLE001 - the actor died (a crash, os._exit, the memory limit): it is replaced
+        return JobFailure("crashed", f"Ray: {type(err).__name__}: {str(err).splitlines()[0][:200]}", None)
