@@ -58,7 +58,8 @@ def _prefer_for_oom_killer() -> None:
 
 def lead_process_group() -> None:
     """A pool process: its own process group (so ``kill_group`` reaches whatever the user's code forked) and killed
-    when the parent that spawned it dies, even by SIGKILL (Linux)."""
+    when the parent that spawned it dies, even by SIGKILL (Linux). The kernel ties the signal to the spawning
+    thread: pools are built and refilled by the thread that runs the trainer, which lives as long as the run."""
     parent = os.getppid()
     os.setpgid(0, 0)
     if sys.platform.startswith("linux"):
