@@ -26,10 +26,11 @@ import torch
 
 from dtppo.logging import read_metrics
 from gpu_models import QWEN25_VOCAB, write_model_dir
+from readme_blocks import with_block
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-START, END = "<!-- quickstart-output", "<!-- /quickstart-output -->"
+BLOCK = "quickstart-output"  # the README block this script writes (readme_blocks)
 RECIPE = ROOT / "recipes" / "qwen2.5-0.5b-gsm8k-1gpu.yaml"
 GSM8K = ROOT / "tests" / "data" / "gsm8k"
 SMOKE_VOCAB = 512  # the CPU fallback's vocabulary, as the throughput table's smoke row
@@ -114,12 +115,6 @@ def render(result: dict) -> str:
     )
 
 
-def with_block(readme: str, block: str) -> str:
-    """``readme`` with the text between the quickstart-output markers replaced by ``block``."""
-    start = readme.index("\n", readme.index(START)) + 1
-    return readme[:start] + block + "\n" + readme[readme.index(END) :]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="the CPU fallback even where CUDA is available")
@@ -136,7 +131,7 @@ def main() -> None:
     kept.write_text(json.dumps(result, indent=1) + "\n")
     if not result["passed"]:
         raise SystemExit(f"the quickstart run failed:\n{result['stderr_tail']}")
-    README.write_text(with_block(README.read_text(), render(result)))
+    README.write_text(with_block(README.read_text(), BLOCK, render(result)))
     print(f"wrote {kept.relative_to(ROOT)} and README.md's quickstart block")
 
 

@@ -25,11 +25,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 from critic import print_expected, print_table  # noqa: E402
+from readme_blocks import with_block  # noqa: E402
 
 README = REPO / "README.md"
 KEPT = REPO / "bench" / "results" / "demo_readme.json"
 EXPECTED = REPO / "bench" / "results" / "demo_expected.json"
-START, END = "<!-- demo-output:", "<!-- /demo-output -->"
+BLOCK = "demo-output"  # the README block this script writes (readme_blocks)
 
 
 def machine() -> dict:
@@ -60,14 +61,6 @@ def render(kept: dict, expected: dict) -> str:
     return f"{line}\n\n```{out.getvalue().rstrip()}\n```"
 
 
-def with_block(readme: str, block: str) -> str:
-    """``readme`` with the text between the demo-output markers replaced by ``block``."""
-    start = readme.index(START)
-    start = readme.index("\n", start) + 1
-    end = readme.index(END)
-    return readme[:start] + block + "\n" + readme[end:]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", default="runs/demo/critic_alignment.json", help="the JSON `make demo` wrote")
@@ -76,7 +69,7 @@ def main() -> None:
     kept = {"date": date.today().isoformat(), "machine": machine(), "runs": run["runs"], "summary": run["summary"]}
     KEPT.write_text(json.dumps(kept, indent=1) + "\n")
     shutil.copyfile(REPO / Path(args.run).with_suffix(".png"), REPO / "docs" / "img" / "demo.png")
-    README.write_text(with_block(README.read_text(), render(kept, json.loads(EXPECTED.read_text()))))
+    README.write_text(with_block(README.read_text(), BLOCK, render(kept, json.loads(EXPECTED.read_text()))))
     print(f"wrote {KEPT.relative_to(REPO)} and README.md's demo block")
 
 

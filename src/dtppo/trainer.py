@@ -463,8 +463,8 @@ class PPOTrainer:
         return history
 
     def _reward_failures(self, last: bool) -> str | None:
-        """Rank 0's verdict on the step's failed reward chunks (``Rewarder.end_step``), on every rank."""
-        return broadcast_object(self.rewarder.end_step(last) if self.rewarder is not None else None, src=0)
+        """Rank 0's verdict on the step's failed reward chunks (``FailureBudget.end_step``), on every rank."""
+        return broadcast_object(self.rewarder.budget.end_step(last) if self.rewarder is not None else None, src=0)
 
     def save(self) -> Path:
         """Collective over all ranks: each pool writes its shards, rank 0 the replicated state."""

@@ -24,8 +24,9 @@ FAST = [
 ]
 
 
-def run_cli(args, cwd, timeout=900, check=True):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def run_cli(args, cwd, timeout=900, check=True, env=None):
+    """``dtppo ARGS`` in a subprocess in ``cwd``; ``env``: variables added to this process's environment."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     proc = subprocess.run(
         [sys.executable, "-m", "dtppo", *map(str, args)],
         cwd=cwd,

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, read_jsonl
+from conftest import REPO, read_jsonl, run_cli
 
 FUNCTIONS = REPO / "tests" / "unit" / "failing_functions.py"
 SMALL = [
@@ -50,15 +48,8 @@ def _run(tmp_path: Path, function: str, steps: int, *extra: str) -> subprocess.C
         *SMALL,
         *extra,
     ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", FLAKY_COUNTER=str(tmp_path / "calls"), RAY_USAGE_STATS_ENABLED="0")
-    return subprocess.run(
-        [sys.executable, "-m", "dtppo", *map(str, args)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    env = {"FLAKY_COUNTER": str(tmp_path / "calls"), "RAY_USAGE_STATS_ENABLED": "0"}
+    return run_cli(args, tmp_path, timeout=600, check=False, env=env)
 
 
 def _stopped_by(proc: subprocess.CompletedProcess, what: str, tmp_path: Path, ranks: int = 1) -> None:

@@ -10,6 +10,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_quickstart  # noqa: E402
 import readme_demo  # noqa: E402
+from readme_blocks import with_block  # noqa: E402
 
 README = (REPO / "README.md").read_text()
 
@@ -21,14 +22,14 @@ def _load(name: str) -> dict:
 def test_the_demo_block_is_rendered_from_the_kept_make_demo_run():
     expected = _load("demo_expected.json")
     block = readme_demo.render(_load("demo_readme.json"), expected)
-    assert readme_demo.with_block(README, block) == README, "python bench/readme_demo.py after make demo"
+    assert with_block(README, readme_demo.BLOCK, block) == README, "python bench/readme_demo.py after make demo"
 
 
 def test_the_quickstart_block_is_rendered_from_the_kept_run():
     kept = sorted((REPO / "bench" / "results").glob("quickstart_*.json"))
     result = _load("quickstart_cuda.json" if (REPO / "bench/results/quickstart_cuda.json").exists() else kept[0].name)
     block = gpu_quickstart.render(result)
-    assert gpu_quickstart.with_block(README, block) == README, "python bench/gpu_quickstart.py"
+    assert with_block(README, gpu_quickstart.BLOCK, block) == README, "python bench/gpu_quickstart.py"
     assert result["passed"] is True
 
 
@@ -37,7 +38,7 @@ def test_a_changed_run_changes_the_block():
     kept = _load("demo_readme.json")
     kept["runs"][0]["result"]["accuracy_final"] += 0.01
     block = readme_demo.render(kept, _load("demo_expected.json"))
-    assert readme_demo.with_block(README, block) != README
+    assert with_block(README, readme_demo.BLOCK, block) != README
 
 
 def test_the_readme_is_at_most_200_lines_and_links_only_what_exists():

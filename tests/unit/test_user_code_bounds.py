@@ -159,7 +159,7 @@ def test_a_reward_of_zero_is_a_score_not_a_failure():
             scored = rewarder.score(problems, ["c"] * len(problems))
             assert scored.total.tolist() == [0.0] * 8 and not scored.failed.any()
             assert scored.means()["zeros"] == 0.0 and scored.means()["failed_samples"] == 0
-            assert rewarder.end_step(last=step == 2) is None  # even a budget of 0 failures is not spent
+            assert rewarder.budget.end_step(last=step == 2) is None  # even a budget of 0 failures is not spent
     finally:
         rewarder.close()
 

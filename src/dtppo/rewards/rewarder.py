@@ -83,7 +83,7 @@ class Rewarder:
     them (weight 0: for ``validation/accuracy``), and the RM at ``reward.model.path``, which reads each prompt with
     ``system_prompt`` (``data.system_prompt``) as the policy did. ``backend``: ``cluster.backend``, where the
     functions run (``RewardScorer``); ``device``: the RM's. Its ``budget`` counts the failed chunks of each step
-    (``end_step``)."""
+    (``failures.FailureBudget``)."""
 
     def __init__(self, reward: RewardConfig, system_prompt: str | None, backend: str, device: torch.device | None):
         self.system_prompt = system_prompt
@@ -125,11 +125,6 @@ class Rewarder:
         total = [sum(w * part[i] for w, part in weighted if part[i] is not None) for i in range(len(completions))]
         total = torch.tensor(total, dtype=torch.float32).masked_fill(failed, 0.0)
         return RewardBreakdown(total, scores, failed, failure_counts(scored.failures, int(failed.sum())))
-
-    def end_step(self, last: bool) -> str | None:
-        """Close the step's failure count (``failures.FailureBudget.end_step``; ``last``: the run's final step): why
-        the run must stop, or None."""
-        return self.budget.end_step(last)
 
     def close(self) -> None:
         self.scorer.close()
