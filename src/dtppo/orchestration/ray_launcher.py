@@ -21,6 +21,9 @@ from pathlib import Path
 from dtppo.config import ClusterConfig
 from dtppo.faults import GenerationError
 
+PEER_REPORT_S = 60.0  # how long the other ranks of a deliberately stopped run get to print their line
+LOG_FORWARD_S = 1.0
+
 
 class RankStopped(RuntimeError):
     """A rank ended the run on purpose (non-finite streak, checkpoint fault) and printed why; ``exit_code`` is
@@ -163,8 +166,17 @@ class RayLauncher:
                     )
                     raise (GenerationError(message) if side else RuntimeError(message)) from None
                 if code != 0:
+                    self._let_peers_report(list(pending))
                     self.shutdown()
                     raise RankStopped(rank, code)
+
+    def _let_peers_report(self, refs: list) -> None:
+        """A deliberate stop is collective (every rank stops at the same step and prints its one line), and the
+        first rank back may be the one with the least to do: killing its peers then would cut their lines off."""
+        import ray
+
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=PEER_REPORT_S)
 
     def rank_nodes(self) -> list[str]:
         """``ip/node-id`` of every rank, in rank order."""
@@ -176,6 +188,9 @@ class RayLauncher:
 
         if not ray.is_initialized():
             return
+        # Ray's log monitor polls the actors' log files every 0.1 s; what the ranks printed last (the results
+        # table, a stop's line) reaches this driver only if Ray is still up when it is read.
+        time.sleep(LOG_FORWARD_S)
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         for group in self.placement_groups:
