@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import os
 import sys
@@ -21,16 +22,17 @@ from dtppo.faults import CheckpointError, GenerationError, InputError, NonFinite
 DEBUG_ENV = "DTPPO_DEBUG"
 
 
-def _load(args: argparse.Namespace) -> config_lib.Config:
+def _load(args: argparse.Namespace, sft: bool = False) -> config_lib.Config:
+    """The recipe with its overrides, checked (with ``sft``: also for what SFT needs of it)."""
     from dtppo.preflight import preflight
 
     try:
         cfg = config_lib.load(args.recipe, args.overrides)
+        if sft:
+            config_lib.check_sft(cfg)
         preflight(cfg)
     except config_lib.ConfigError as err:
-        _debug_traceback(err)
-        print(f"dtppo: config error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _config_error(err)
     if cfg.policy.generation.backend == "vllm":
         # Before torch starts its OpenMP pool (spawned ranks inherit it): vLLM's CPU kernels spin-wait, and two
         # threads on a busy machine slow generation 10-50x (docs/design.md). An explicit setting is kept.
@@ -38,32 +40,60 @@ def _load(args: argparse.Namespace) -> config_lib.Config:
     return cfg
 
 
-def cmd_sft(args: argparse.Namespace) -> None:
-    from dtppo.sft import check_floor, run_sft
+def _config_error(err: config_lib.ConfigError) -> None:
+    _debug_traceback(err)
+    print(f"dtppo: config error: {err}", file=sys.stderr)
+    raise SystemExit(2) from None
 
-    cfg = _load(args)
-    results = run_sft(cfg)
+
+def cmd_sft(args: argparse.Namespace) -> None:
+    from dtppo.sft import check_floor
+
+    cfg = _load(args, sft=True)
+    results = _train_sft(cfg)
     print(_table("SFT", results))
     check_floor(results, cfg)
 
 
 def cmd_ppo(args: argparse.Namespace) -> None:
     from dtppo.distributed.launch import under_torchrun
-    from dtppo.sft import check_floor, run_sft, saved_results, sft_is_done
+    from dtppo.sft import check_floor, saved_results, sft_is_done
 
     cfg = _load(args)
     sft_results = {}
     if cfg.ppo.init_from_sft and not sft_is_done(cfg):
         if under_torchrun():
             raise InputError(f"sft.output_dir: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
+        try:
+            config_lib.check_sft(cfg)
+        except config_lib.ConfigError as err:
+            _config_error(err)
         print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
-        sft_results = run_sft(cfg)
+        sft_results = _train_sft(cfg)
     elif cfg.ppo.init_from_sft:
         sft_results = saved_results(cfg)
     check_floor(sft_results, cfg)
-    launcher = _launcher(cfg)
+    _launch(_launcher(cfg.cluster), _ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+
+
+def _train_sft(cfg: config_lib.Config) -> dict[str, float]:
+    """SFT on the policy's ranks (``sft.run_sft``); the results it saved with the model."""
+    from dtppo.sft import saved_results
+
+    cluster, policy_ranks = cfg.cluster, len(cfg.cluster.pool("policy"))
+    if policy_ranks != cluster.world_size:  # the critic's or the generation ranks have no part in SFT
+        cluster = dataclasses.replace(
+            cluster, num_nodes=1, workers_per_node=policy_ranks, policy_ranks=0, generation_ranks=0
+        )
+    _launch(_launcher(cluster), _sft_rank, _absolute_paths(cfg.to_dict()))
+    return saved_results(cfg)
+
+
+def _launch(launcher, fn, *args) -> None:
+    """``fn(*args)`` on every rank of ``launcher``; a rank that stopped the run on purpose printed why, and this
+    process exits with its code."""
     try:
-        launcher.run(_ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+        launcher.run(fn, *args)
     except RunStopped:  # the launcher's own (a generation rank that died): main() prints it
         raise
     except Exception as err:
@@ -104,12 +134,12 @@ def _absolute_paths(tree: dict) -> dict:
     return tree
 
 
-def _launcher(cfg: config_lib.Config):
+def _launcher(cluster: config_lib.ClusterConfig):
     """Where the ranks run: this machine (spawned processes / torchrun) or Ray actors."""
-    if cfg.cluster.backend == "ray":
+    if cluster.backend == "ray":
         from dtppo.orchestration.ray_launcher import RayLauncher
 
-        launcher = RayLauncher(cfg.cluster, cfg.cluster.ray_temp_dir)
+        launcher = RayLauncher(cluster, cluster.ray_temp_dir)
         print(
             "ranks placed on Ray nodes: "
             + ", ".join(f"rank {r} -> {node}" for r, node in enumerate(launcher.rank_nodes())),
@@ -118,7 +148,19 @@ def _launcher(cfg: config_lib.Config):
         return launcher
     from dtppo.orchestration.launcher import LocalLauncher
 
-    return LocalLauncher(cfg.cluster.world_size, cfg.cluster.generation_ranks)
+    return LocalLauncher(cluster.world_size, cluster.generation_ranks)
+
+
+def _sft_rank(tree: dict) -> None:
+    """One rank of SFT (module level so spawned processes can import it)."""
+    from dtppo.sft import run_sft
+
+    _quiet_transformers()
+    try:
+        run_sft(config_lib.from_dict(tree))
+    except RunStopped as err:
+        _report(err)  # on the rank that saw it, as a PPO rank does
+        raise SystemExit(err.exit_code) from None
 
 
 def _ppo_rank(tree: dict, sft_results: dict) -> None:

@@ -1,6 +1,9 @@
-"""Supervised fine-tuning on (prompt, worked solution) pairs: the checkpoint PPO starts from.
+"""Supervised fine-tuning on (prompt, target) pairs: the checkpoint PPO starts from. The target is a task's worked
+solution (GSM8K's answer, MATH's solution, tiny_math's), or a custom task's ``data.answer_key`` column.
 
-Loss is the token-mean NLL of the solution and EOS (prompt tokens are not trained). An optional short
+SFT trains where the policy does: on the policy's ranks and device, laid out by ``policy.parallel`` (FSDP2, tensor
+parallel), each rank on its share of every batch. Loss is the token-mean NLL of the target and EOS (prompt tokens
+are not trained). An optional short
 "careless" stage afterwards mixes in bare wrong ``#### N`` answers: a planted flaw that the tiny demo's PPO
 run must then remove (see README, "What the demo shows").
 
@@ -11,6 +14,7 @@ differences decide how far it got (docs/learning.md, "Issue 19").
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import shutil
@@ -18,10 +22,13 @@ import time
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from dtppo.config import Config, SchedulerConfig
+from dtppo.config import Config, OptimizerConfig, SchedulerConfig
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.data.problem import Problem
+from dtppo.distributed.comm import barrier, broadcast_object, is_main_rank
 from dtppo.envs.client import EnvClient
 from dtppo.envs.transcripts import transcript_episodes
 from dtppo.evaluation import evaluate
@@ -30,11 +37,13 @@ from dtppo.logging import MetricsLogger
 from dtppo.metrics import to_floats
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import load_tokenizer
+from dtppo.models.weights import full_parameters, load_weights
 from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.rollout.episodes import EpisodeGenerator
 from dtppo.rollout.generator import Generator, TorchGenerator
 from dtppo.types import Experience, build_episode_rows, build_response_mask
 from dtppo.workers.engine import TrainEngine
+from dtppo.workers.layout import RankLayout
 
 RESULTS_FILE = "sft_results.json"
 
@@ -46,6 +55,11 @@ def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config, env: En
     if env is not None:
         episodes = transcript_episodes(tokenizer, env, cfg.env.stop, problems, list(range(len(problems))))
         return build_episode_rows(prompts, episodes, [0] * len(problems), tokenizer.pad_token_id)
+    if any(not p.solution for p in problems):  # only a custom task's target column can be empty or not text
+        raise InputError(
+            f"data.answer_key: SFT trains on each row's target, and a row's {cfg.data.answer_key!r} holds no text "
+            f"(a string or a number is needed)"
+        )
     answers = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
     rows = [p + a + [tokenizer.eos_token_id] for p, a in zip(prompts, answers)]
     width = max(len(r) for r in rows)
@@ -77,61 +91,23 @@ def nll_loss_fn(model: PreTrainedModel):
     return loss_fn
 
 
-def _train_stage(
-    model,
-    tokenizer,
-    cfg: Config,
-    engine: TrainEngine,
-    loader: PromptLoader,
-    num_steps: int,
-    logger: MetricsLogger,
-    first_step: int,
-    plateau: Plateau | None = None,
-    env: EnvClient | None = None,
-) -> int:
-    """Train up to ``num_steps`` steps; with a ``plateau``, validate every ``sft.val_period`` steps and stop at
-    its plateau. Returns the last step trained."""
-    loss_fn = nll_loss_fn(model)
-    step = first_step
-    for i in range(num_steps):
-        batch = sft_batch(tokenizer, loader.next_batch(cfg.sft.batch_size), cfg, env)
-        trained = to_floats(engine.train(batch, loss_fn, cfg.sft.batch_size, cfg.sft.batch_size))
-        metrics = {f"sft/{k}": v for k, v in trained.items()}
-        step = first_step + i + 1
-        last = i == num_steps - 1
-        validated = plateau is not None and (last or step % plateau.period == 0)
-        if validated:
-            metrics["sft/validation_accuracy"] = plateau.validate(step)
-            last = last or plateau.reached
-        if step % cfg.sft.log_period == 0 or last or validated:
-            logger.log(step, metrics)
-        if last:
-            break
-    return step
-
-
 class Plateau:
-    """Greedy validation during the main stage and its stopping rule: ``sft.patience`` validations in a row that
+    """The main stage's stopping rule over its validation accuracies: ``sft.patience`` validations in a row that
     gain less than ``sft.min_improvement`` over the best so far, counted only once the best has reached the floor
     (``sft.min_accuracy``): a small model can sit for hundreds of steps at a low plateau (the answer's format
     learned, the arithmetic not yet) before it climbs, and that one is not the end. Patience 0 never stops."""
 
-    def __init__(self, evaluate_at, period: int, patience: int, min_improvement: float, floor: float):
-        self.evaluate_at, self.period, self.patience = evaluate_at, period, patience
-        self.min_improvement, self.floor = min_improvement, floor
+    def __init__(self, patience: int, min_improvement: float, floor: float):
+        self.patience, self.min_improvement, self.floor = patience, min_improvement, floor
         self.best = -1.0
         self.stale = 0
-        self.last_accuracy = None
 
-    def validate(self, step: int) -> float:
-        accuracy = self.evaluate_at(step)
-        self.last_accuracy = accuracy
+    def judge(self, accuracy: float) -> None:
         if accuracy >= self.best + self.min_improvement:
             self.best, self.stale = accuracy, 0
         else:
             self.best = max(self.best, accuracy)
             self.stale = self.stale + 1 if self.best >= self.floor else 0
-        return accuracy
 
     @property
     def reached(self) -> bool:
@@ -140,14 +116,14 @@ class Plateau:
 
 def run_sft(cfg: Config) -> dict[str, float]:
     """Train from ``policy.model`` (path or tiny config) and save an HF directory at ``sft.output_dir``, with its
-    results in ``sft_results.json`` there. The floor (``sft.min_accuracy``) is checked after saving, so a model
-    below it stays on disk to inspect."""
+    results in ``sft_results.json`` there. Every launched rank calls this: the model is laid out as the policy is
+    (``policy.parallel``: FSDP2 and tensor parallel on the rank's device), each rank trains on its share of every
+    batch, and rank 0 saves the gathered weights. The floor (``sft.min_accuracy``) is the caller's to check, after
+    saving, so a model below it stays on disk to inspect."""
     sft = cfg.sft
-    if cfg.data.task == "custom":
-        raise InputError("data.task: SFT trains on worked solutions, which data.task custom does not have")
     tokenizer = load_tokenizer(cfg.policy.model.path)
-    torch.manual_seed(sft.seed)
-    model = build_causal_lm(
+    torch.manual_seed(sft.seed)  # the same initial weights on every rank
+    full = build_causal_lm(
         cfg.policy.model.path,
         cfg.policy.model.tiny,
         len(tokenizer),
@@ -155,62 +131,183 @@ def run_sft(cfg: Config) -> dict[str, float]:
         tokenizer.eos_token_id,
         sft.seed,
     )
+    layout = RankLayout(cfg.policy.parallel)
+    # Sharded, the whole weights exist only gathered: rank 0 saves them into a host copy of its own, and
+    # validation samples a whole replica refitted before each validation. Unsharded, both use the model itself.
+    host = copy.deepcopy(full) if layout.sharded and is_main_rank() else None
+    whole = layout.replica(full) if layout.sharded else full
+    model = layout.wrap(full, cfg.policy.activation_checkpointing, cfg.policy.cpu_offload)
     out_dir = Path(sft.output_dir)
     logger = MetricsLogger(
         out_dir.parent / f"{out_dir.name}_logs",
         sft.num_steps + sft.careless_stage.num_steps,
         cfg.logger.tensorboard,
         cfg.logger.progress,
+        enabled=is_main_rank(),
     )
     start = time.perf_counter()
     source, validation = build_sources(cfg, tokenizer=tokenizer)
-    # Validation samples the model being trained (no copy), with the recipe's torch decoder; episodes with the
-    # environment that also splits the transcripts SFT trains on.
     generator: Generator = TorchGenerator(
-        model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id, cfg.policy.generation.decoder
+        whole, stop_token_ids(whole, tokenizer), tokenizer.pad_token_id, cfg.policy.generation.decoder
     )
+    # Episodes with the environment that also splits the transcripts SFT trains on.
     env = EnvClient(cfg.env) if cfg.env.multi_turn else None
     if env is not None:
         generator = EpisodeGenerator(generator, env, tokenizer, cfg.env)
+    run = SFTRun(cfg, model, whole, layout, tokenizer, generator, validation, logger, env)
     try:
-        results, step = _run_stages(cfg, model, tokenizer, generator, source, validation, logger, env)
+        results, step = run.stages(source)
     finally:
         generator.close()
     results["sft/seconds"] = time.perf_counter() - start
     logger.log(step, results)
     logger.close()
-    _save_atomic(model, tokenizer, out_dir, results)
+    if layout.sharded:
+        _gather_into(host, model, layout.device)
+    if is_main_rank():
+        _save_atomic(host if layout.sharded else model, tokenizer, out_dir, results)
+    barrier()  # the directory is complete when any rank returns
     return results
 
 
-def _run_stages(
-    cfg: Config, model, tokenizer, generator: Generator, source, validation, logger, env: EnvClient | None
-) -> tuple[dict[str, float], int]:
-    """The main stage to its plateau, then the careless stage: their results and the last step trained."""
-    sft = cfg.sft
-    plateau = Plateau(
-        lambda step: evaluate(generator, tokenizer, validation, cfg, step).accuracy,
-        sft.val_period or max(sft.num_steps, 1),
-        sft.patience,
-        sft.min_improvement,
-        sft.min_accuracy,
-    )
-    engine = TrainEngine(model, sft.optimizer, sft.scheduler, sft.max_grad_norm)
-    step = _train_stage(
-        model, tokenizer, cfg, engine, PromptLoader(source, sft.seed + 1), sft.num_steps, logger, 0, plateau, env
-    )
-    if plateau.last_accuracy is None:  # a main stage of 0 steps
-        plateau.validate(step)
-    results = {"sft/accuracy": plateau.last_accuracy, "sft/steps": float(step)}
-    careless = sft.careless_stage
-    if careless.num_steps > 0:
-        careless_source, _ = build_sources(cfg, careless_fraction=careless.careless_fraction)
-        optim = dataclasses.replace(sft.optimizer, lr=careless.lr)
-        engine = TrainEngine(model, optim, SchedulerConfig(total_steps=careless.num_steps), sft.max_grad_norm)
-        loader = PromptLoader(careless_source, sft.seed + 2)
-        step = _train_stage(model, tokenizer, cfg, engine, loader, careless.num_steps, logger, step, env=env)
-        results["sft/accuracy_after_careless_stage"] = evaluate(generator, tokenizer, validation, cfg, step).accuracy
-    return results, step
+class SFTRun:
+    """One rank's SFT: the model as it trains (``model``, laid out by ``layout``), the whole model validation reads
+    (``whole``: a refitted replica when sharded, else ``model`` itself), and the stages that train it."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        model: nn.Module,
+        whole: nn.Module,
+        layout: RankLayout,
+        tokenizer: PreTrainedTokenizerBase,
+        generator: Generator,
+        validation: list[Problem],
+        logger: MetricsLogger,
+        env: EnvClient | None,
+    ):
+        self.cfg, self.model, self.whole, self.layout = cfg, model, whole, layout
+        self.tokenizer, self.generator, self.validation = tokenizer, generator, validation
+        self.logger, self.env = logger, env
+        self.by_accuracy = cfg.data.task != "custom"  # a custom task has no verifier to judge answers by
+
+    def stages(self, source) -> tuple[dict[str, float], int]:
+        """The main stage to its plateau, then the careless stage: their results and the last step trained."""
+        sft = self.cfg.sft
+        plateau = Plateau(sft.patience, sft.min_improvement, sft.min_accuracy)
+        engine = self.engine(sft.optimizer, sft.scheduler)
+        loader = PromptLoader(source, sft.seed + 1)
+        period = sft.val_period or max(sft.num_steps, 1)
+        step, figures = self.train_stage(engine, loader, sft.num_steps, 0, period, plateau)
+        figures = figures or self.validate(step)  # a main stage of 0 steps
+        if self.by_accuracy:
+            results = {"sft/accuracy": figures["sft/validation_accuracy"]}
+        else:
+            results = {"sft/validation_loss": figures["sft/validation_loss"]}
+        results["sft/steps"] = float(step)
+        careless = sft.careless_stage
+        if careless.num_steps > 0:
+            careless_source, _ = build_sources(self.cfg, careless_fraction=careless.careless_fraction)
+            engine = self.engine(
+                dataclasses.replace(sft.optimizer, lr=careless.lr), SchedulerConfig(total_steps=careless.num_steps)
+            )
+            loader = PromptLoader(careless_source, sft.seed + 2)
+            step, _ = self.train_stage(engine, loader, careless.num_steps, step, None, None)
+            results["sft/accuracy_after_careless_stage"] = self.validate(step)["sft/validation_accuracy"]
+        return results, step
+
+    def train_stage(
+        self,
+        engine: TrainEngine,
+        loader: PromptLoader,
+        num_steps: int,
+        first_step: int,
+        period: int | None,
+        plateau: Plateau | None,
+    ) -> tuple[int, dict[str, float]]:
+        """Train up to ``num_steps`` steps; with a validation ``period``, validate every ``period`` steps and at the
+        stage's end, and stop at the ``plateau``'s. Returns the last step trained and its last validation's
+        figures (empty without validation)."""
+        sft = self.cfg.sft
+        loss_fn = nll_loss_fn(self.model)
+        micro = sft.micro_batch_size or sft.batch_size  # the engine takes at most a rank's share at once
+        step, figures = first_step, {}
+        for i in range(num_steps):
+            batch = sft_batch(self.tokenizer, loader.next_batch(sft.batch_size), self.cfg, self.env)
+            metrics = {f"sft/{k}": v for k, v in to_floats(engine.train(batch, loss_fn, sft.batch_size, micro)).items()}
+            step = first_step + i + 1
+            last = i == num_steps - 1
+            validated = period is not None and (last or step % period == 0)
+            if validated:
+                figures = self.validate(step)
+                metrics |= figures
+                if plateau is not None and self.by_accuracy:
+                    plateau.judge(figures["sft/validation_accuracy"])
+                    last = last or plateau.reached
+            if step % sft.log_period == 0 or last or validated:
+                self.logger.log(step, metrics)
+            if last:
+                break
+        return step, figures
+
+    def engine(self, optim: OptimizerConfig, schedule: SchedulerConfig) -> TrainEngine:
+        """AdamW over the model; each rank takes its share of a batch's rows, gradients summed over the ranks."""
+        p = self.layout
+        return TrainEngine(
+            self.model,
+            optim,
+            schedule,
+            self.cfg.sft.max_grad_norm,
+            p.device,
+            p.dp_rank,
+            p.dp_size,
+            p.dp_group,
+            name="sft",
+            unsharded_accumulation=self.cfg.policy.parallel.unsharded_grad_accumulation,
+            model_group=p.model_group,
+        )
+
+    def validate(self, step: int) -> dict[str, float]:
+        """``sft/validation_accuracy`` (greedy answers judged by the task's verifier) or, for a custom task,
+        ``sft/validation_loss`` (the validation targets' token-mean NLL): rank 0's figure on every rank, so that
+        all ranks take the same stopping decision."""
+        self.generator.refit(self.model, step)  # collective when sharded
+        if self.by_accuracy:
+            figures = {
+                "sft/validation_accuracy": evaluate(
+                    self.generator, self.tokenizer, self.validation, self.cfg, step
+                ).accuracy
+            }
+        else:
+            figures = {"sft/validation_loss": self.target_loss()}
+        return broadcast_object(figures, src=0)
+
+    @torch.no_grad()
+    def target_loss(self) -> float:
+        """Token-mean NLL of the validation rows' targets (and EOS) under the whole model, in batches of
+        ``ppo.val_batch_size``."""
+        total, tokens = 0.0, 0.0
+        device = next(self.whole.parameters()).device
+        self.whole.eval()
+        for start in range(0, len(self.validation), self.cfg.ppo.val_batch_size):
+            problems = self.validation[start : start + self.cfg.ppo.val_batch_size]
+            rows = sft_batch(self.tokenizer, problems, self.cfg, self.env).to(device)
+            logits = self.whole(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits
+            logprobs = logprobs_from_logits(logits.float(), rows.input_ids)
+            total -= float((logprobs * rows.response_mask).sum())
+            tokens += float(rows.response_mask.sum())
+        return total / tokens
+
+
+def _gather_into(host: PreTrainedModel | None, model: nn.Module, device: torch.device) -> None:
+    """The sharded ``model``'s whole weights into ``host`` (rank 0's copy; None on the other ranks, which only
+    take part in the gathers)."""
+    weights = full_parameters(model, device)
+    if host is None:
+        for _ in weights:
+            pass
+    else:
+        load_weights(host, ((name, tensor.cpu()) for name, tensor in weights))
 
 
 def check_floor(results: dict[str, float], cfg: Config) -> None:

@@ -120,20 +120,68 @@ def test_chat_prompts_go_through_the_template_and_the_length_rule(tmp_path):
         (["reward.functions=[gsm9k]"], "reward.functions[0]: 'gsm9k' is neither a built-in"),
         (["reward.accuracy_from=mine"], "reward.accuracy_from: 'mine' is neither a built-in verifier nor one of"),
         (["reward.model.batch_size=0"], "reward.model.batch_size: must be >= 1"),
+        (["data.task=math"], "data.train.path: required when data.task is math"),
+    ],
+)
+def test_reward_and_task_rules(overrides, fragment):
+    with pytest.raises(ConfigError) as err:
+        config_lib.from_dict(_tree(overrides))
+    assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
         (
             [
                 "data.task=custom",
                 "data.train.path=a",
                 "data.validation.path=b",
                 "reward.functions=[gsm8k]",
-                "ppo.init_from_sft=true",
             ],
-            "ppo.init_from_sft: SFT trains on worked solutions",
+            "data.answer_key: SFT trains on a target column, and data.task custom names none",
         ),
-        (["data.task=math"], "data.train.path: required when data.task is math"),
+        (
+            [
+                "data.task=custom",
+                "data.train.path=a",
+                "data.validation.path=b",
+                "data.answer_key=target",
+                "reward.functions=[gsm8k]",
+                "sft.patience=2",
+                "sft.val_period=5",
+            ],
+            "sft.patience: sft.patience and sft.min_accuracy judge greedy accuracy, which needs a task's verifier",
+        ),
+        (
+            [
+                "cluster.workers_per_node=3",
+                "sft.batch_size=32",
+                "policy.train_global_batch_size=48",
+                "value.train_global_batch_size=48",
+                "ppo.num_prompts_per_step=48",
+            ],
+            "sft.batch_size: 32 must divide evenly over the policy's 3 data-parallel ranks",
+        ),
+        (["sft.micro_batch_size=0"], "sft.micro_batch_size: must be >= 1"),
+        (
+            ["sft.batch_size=32", "sft.micro_batch_size=5"],
+            "sft.micro_batch_size: 5 must divide the per-rank share",
+        ),
     ],
 )
-def test_reward_and_task_rules(overrides, fragment):
+def test_what_sft_needs_is_checked_before_it_runs(overrides, fragment):
+    with pytest.raises(ConfigError) as err:
+        config_lib.check_sft(config_lib.from_dict(_tree(overrides)))
+    assert fragment in str(err.value)
+
+
+def test_a_custom_task_with_a_target_column_may_run_sft():
+    overrides = ["data.task=custom", "data.train.path=a", "data.validation.path=b", "data.answer_key=target"]
+    config_lib.check_sft(config_lib.from_dict(_tree([*overrides, "reward.functions=[gsm8k]"])))
+
+
+def _tree(overrides: list[str]) -> dict:
     tree: dict = {}
     for item in overrides:
         key, _, value = item.partition("=")
@@ -142,9 +190,7 @@ def test_reward_and_task_rules(overrides, fragment):
         for name in parents:
             node = node.setdefault(name, {})
         node[leaf] = yaml.safe_load(value)
-    with pytest.raises(ConfigError) as err:
-        config_lib.from_dict(tree)
-    assert fragment in str(err.value)
+    return tree
 
 
 def test_defaults_follow_the_task():

@@ -14,14 +14,11 @@ DEMO = RECIPES / "tiny-math-critic-cpu.yaml"
 
 
 def _run(accuracies, patience, min_improvement=0.01, floor=0.0):
-    """Validate once per accuracy until the rule stops; the steps validated."""
-    curve = iter(accuracies)
-    plateau = Plateau(
-        lambda step: next(curve), period=100, patience=patience, min_improvement=min_improvement, floor=floor
-    )
+    """Judge one validation per accuracy (every 100 steps) until the rule stops; the steps validated."""
+    plateau = Plateau(patience=patience, min_improvement=min_improvement, floor=floor)
     steps = []
-    for i in range(len(accuracies)):
-        plateau.validate(100 * (i + 1))
+    for i, accuracy in enumerate(accuracies):
+        plateau.judge(accuracy)
         steps.append(100 * (i + 1))
         if plateau.reached:
             break
@@ -32,7 +29,7 @@ def test_plateau_stops_after_patience_validations_without_a_real_gain():
     # gains of 0.2, 0.3, then +0.005 (below min_improvement 0.01) and -0.02: two stale validations
     steps, plateau = _run([0.2, 0.5, 0.505, 0.485, 0.9], patience=2)
     assert steps == [100, 200, 300, 400]
-    assert plateau.best == pytest.approx(0.505) and plateau.last_accuracy == pytest.approx(0.485)
+    assert plateau.best == pytest.approx(0.505) and plateau.stale == 2
 
 
 def test_a_real_gain_resets_the_count():

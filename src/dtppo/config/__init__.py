@@ -3,7 +3,7 @@
 (``loading``), the rules spanning sections (``checks``). Standard library and PyYAML only: what a recipe names
 outside itself (files, models, packages, code) is checked by ``dtppo.preflight``."""
 
-from dtppo.config.checks import batch_clamp_notes
+from dtppo.config.checks import batch_clamp_notes, check_sft
 from dtppo.config.inputs import (
     TASK_VERIFIERS,
     CarelessStageConfig,
@@ -38,6 +38,7 @@ from dtppo.config.training import (
 
 __all__ = [
     "TASK_VERIFIERS",
+    "check_sft",
     "batch_clamp_notes",
     "from_dict",
     "load",

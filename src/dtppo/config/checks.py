@@ -26,13 +26,39 @@ def check(cfg: Config) -> None:
         _check_batches(cfg, section)
         _check_lora(cfg, section)
     _check_tiny_tensor_parallel(cfg)
-    require(
-        not (cfg.data.task == "custom" and cfg.ppo.init_from_sft),
-        "ppo.init_from_sft",
-        "SFT trains on worked solutions, which data.task custom does not have: start from a model "
-        "(policy.model.path) instead",
-    )
     _check_reward(cfg)
+
+
+def check_sft(cfg: Config) -> None:
+    """What SFT needs of a recipe, checked before it runs (``dtppo sft``, and ``dtppo ppo`` when ppo.init_from_sft
+    finds no SFT model), not for a PPO run that reuses one: a target column to train on, and a batch that splits
+    evenly over the policy's data-parallel ranks, where SFT trains."""
+    if cfg.data.task == "custom":
+        require(
+            cfg.data.answer_key is not None,
+            "data.answer_key",
+            "SFT trains on a target column, and data.task custom names none: set data.answer_key to the column "
+            "holding each prompt's completion (or set ppo.init_from_sft=false and start from policy.model.path)",
+        )
+        require(
+            cfg.sft.patience == 0 and cfg.sft.min_accuracy == 0.0,
+            "sft.patience",
+            "sft.patience and sft.min_accuracy judge greedy accuracy, which needs a task's verifier; data.task custom "
+            "has none (its SFT validates by the targets' loss): set both to 0",
+        )
+    dp = cfg.data_parallel_size("policy")
+    require(
+        cfg.sft.batch_size % dp == 0,
+        "sft.batch_size",
+        f"{cfg.sft.batch_size} must divide evenly over the policy's {dp} data-parallel ranks (SFT trains where the "
+        f"policy does: its pool's ranks / policy.parallel.tp)",
+    )
+    micro = cfg.sft.micro_batch_size
+    require(
+        micro is None or (cfg.sft.batch_size // dp) % micro == 0,
+        "sft.micro_batch_size",
+        f"{micro} must divide the per-rank share of sft.batch_size = {cfg.sft.batch_size // dp}",
+    )
 
 
 def _check_reward(cfg: Config) -> None:

@@ -145,7 +145,11 @@ class SFTConfig:
     """The floor: a main stage that ends below this greedy validation accuracy stops the run (exit 5) before PPO
     starts from it, both when SFT runs and when ``dtppo ppo`` reuses ``output_dir``."""
     batch_size: int = 32
-    """Examples per optimizer step."""
+    """Examples per optimizer step, split evenly over the policy's data-parallel ranks (SFT trains on the policy's
+    ranks, sharded as the policy is)."""
+    micro_batch_size: int | None = None
+    """Examples per forward/backward on one rank (gradients accumulate over a rank's share); null = the whole
+    share at once."""
     optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=3e-3))
     """SFT's AdamW."""
     scheduler: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(kind="cosine", warmup_steps=30))
@@ -160,6 +164,7 @@ class SFTConfig:
     def __post_init__(self) -> None:
         at_least(self, 1, "batch_size", "log_period")
         at_least(self, 0, "num_steps", "val_period", "patience")
+        require(self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size", "must be >= 1")
         require(self.patience == 0 or self.val_period > 0, "patience", "needs sft.val_period > 0")
         require(0.0 <= self.min_improvement <= 1.0, "min_improvement", "must be in [0, 1]")
         require(0.0 <= self.min_accuracy <= 1.0, "min_accuracy", "must be in [0, 1]")

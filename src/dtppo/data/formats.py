@@ -52,4 +52,5 @@ def row_format(data: DataConfig) -> RowFormat:
         return GSM8K
     if data.task == "math":
         return MATH
-    return RowFormat("custom", data.prompt_key, data.answer_key, _as_is, preset=False)
+    # The reference column is also the target SFT trains on (the completion a TRL prompt-completion row holds).
+    return RowFormat("custom", data.prompt_key, data.answer_key, _as_is, solution_key=data.answer_key, preset=False)

@@ -147,6 +147,8 @@ def parse_row(row: Any, fmt: RowFormat, rules: RowRules) -> tuple[Problem | None
         if rules.prompt_length(prompt) > rules.max_prompt_tokens:
             return None, "prompt_too_long"
     solution = row.get(fmt.solution_key) if fmt.solution_key else None
+    if isinstance(solution, (int, float)) and not isinstance(solution, bool):
+        solution = str(solution)  # a custom task's numeric reference: its text is the target
     return Problem(
         question=prompt,
         solution=solution.strip() if isinstance(solution, str) else "",
