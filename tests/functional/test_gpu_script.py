@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 STEP_FIELDS = [
@@ -47,6 +49,9 @@ PHASES = {
 }
 
 
+# Slow (46 s): it checks the device script, not dtppo, whose code it runs is tested on its own; run it (`make
+# test-all`, or `pytest -m slow tests/functional/test_gpu_script.py`) before a device session.
+@pytest.mark.slow
 def test_gpu_script_cpu_fallback(tmp_path):
     out = tmp_path / "gpu.json"
     env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")

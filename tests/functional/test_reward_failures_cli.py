@@ -79,6 +79,9 @@ def test_a_function_that_always_crashes_stops_the_run(tmp_path):
     assert proc.stderr.count("failing_functions.py:exits' crashed (its process died: exit code 3) on samples") == 3
 
 
+# Slow (25 s): the stop is the local run's (above), and a crashed Ray scoring actor's kind is checked in
+# tests/unit/test_user_code_bounds.py.
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
 def test_a_function_that_always_crashes_stops_a_ray_run_at_two_ranks(tmp_path):
     import tempfile

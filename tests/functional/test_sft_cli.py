@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, TINY, read_jsonl, run_cli
+from conftest import REPO, TINY, read_jsonl, run_cli, run_cli_in_process
 
 STEPS = 6
 SHORT = [
@@ -44,7 +44,11 @@ def one_process(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "name, layout",
-    [("dp2", ["cluster.workers_per_node=2"]), ("tp2", ["cluster.workers_per_node=2", "policy.parallel.tp=2"])],
+    [
+        ("dp2", ["cluster.workers_per_node=2"]),
+        # slow: SFT wraps the model with the policy's layout code, whose tp=2 parity tests/distributed checks
+        pytest.param("tp2", ["cluster.workers_per_node=2", "policy.parallel.tp=2"], marks=pytest.mark.slow),
+    ],
 )
 def test_sft_on_two_ranks_trains_the_model_one_process_trains(one_process, tmp_path, name, layout):
     _, single, single_losses, single_results = one_process
@@ -96,11 +100,11 @@ def test_sft_trains_a_custom_task_on_its_target_column(tmp_path):
     assert all(torch.isfinite(t).all() for t in load_file(tmp_path / "model" / "model.safetensors").values())
 
 
-def test_sft_of_a_custom_task_without_a_target_column_is_refused(tmp_path):
-    proc = run_cli(_custom_args(tmp_path), tmp_path, check=False)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
+def test_sft_of_a_custom_task_without_a_target_column_is_refused(tmp_path, monkeypatch, capsys):
+    code, _, err = run_cli_in_process(_custom_args(tmp_path), tmp_path, monkeypatch, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
         "dtppo: config error: data.answer_key: SFT trains on a target column, and data.task custom names none"
-    ), proc.stderr
+    ), err
     assert not (tmp_path / "model").exists()
