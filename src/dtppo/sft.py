@@ -3,9 +3,8 @@ solution (GSM8K's answer, MATH's solution, tiny_math's), or a custom task's ``da
 
 SFT trains where the policy does: on the policy's ranks and device, laid out by ``policy.parallel`` (FSDP2, tensor
 parallel), each rank on its share of every batch. Loss is the token-mean NLL of the target and EOS (prompt tokens
-are not trained). An optional short
-"careless" stage afterwards mixes in bare wrong ``#### N`` answers: a planted flaw that the tiny demo's PPO
-run must then remove (see README, "What the demo shows").
+are not trained). An optional short "careless" stage afterwards mixes in bare wrong ``#### N`` answers: a planted
+flaw that the tiny demo's PPO run must then remove (docs/learning.md, "The demo").
 
 The main stage can validate as it goes and stop at its plateau (``sft.val_period``, ``sft.patience``), so a recipe
 trains its model to the same place on any CPU's kernels instead of stopping mid-climb, where small numeric
