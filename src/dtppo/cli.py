@@ -13,11 +13,16 @@ import functools
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtppo import config as config_lib
 from dtppo.config.reward_spec import parse_spec
 from dtppo.faults import CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
+
+if TYPE_CHECKING:  # the launchers import torch; the CLI imports them only when it starts ranks
+    from dtppo.orchestration.launcher import RankLauncher
 
 DEBUG_ENV = "DTPPO_DEBUG"
 
@@ -89,7 +94,7 @@ def _train_sft(cfg: config_lib.Config) -> dict[str, float]:
     return saved_results(cfg)
 
 
-def _launch(launcher, fn, *args) -> None:
+def _launch(launcher: RankLauncher, fn: Callable[..., None], *args) -> None:
     """``fn(*args)`` on every rank of ``launcher``; a rank that stopped the run on purpose printed why, and this
     process exits with its code."""
     try:
@@ -134,7 +139,7 @@ def _absolute_paths(tree: dict) -> dict:
     return tree
 
 
-def _launcher(cluster: config_lib.ClusterConfig):
+def _launcher(cluster: config_lib.ClusterConfig) -> RankLauncher:
     """Where the ranks run: this machine (spawned processes / torchrun) or Ray actors."""
     if cluster.backend == "ray":
         from dtppo.orchestration.ray_launcher import RayLauncher
