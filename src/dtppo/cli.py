@@ -7,13 +7,14 @@ line. ``DTPPO_DEBUG=1`` adds the traceback above that line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,7 +79,7 @@ def cmd_ppo(args: argparse.Namespace) -> None:
     elif cfg.ppo.init_from_sft:
         sft_results = saved_results(cfg)
     check_floor(sft_results, cfg)
-    _launch(_launcher(cfg.cluster), _ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
+    _launch(_launcher(cfg.cluster), _rank, _ppo_rank, _absolute_paths(cfg.to_dict()), sft_results)
 
 
 def _train_sft(cfg: config_lib.Config) -> dict[str, float]:
@@ -90,7 +91,7 @@ def _train_sft(cfg: config_lib.Config) -> dict[str, float]:
         cluster = dataclasses.replace(
             cluster, num_nodes=1, workers_per_node=policy_ranks, policy_ranks=0, generation_ranks=0
         )
-    _launch(_launcher(cluster), _sft_rank, _absolute_paths(cfg.to_dict()))
+    _launch(_launcher(cluster), _rank, _sft_rank, _absolute_paths(cfg.to_dict()))
     return saved_results(cfg)
 
 
@@ -156,41 +157,50 @@ def _launcher(cluster: config_lib.ClusterConfig) -> RankLauncher:
     return LocalLauncher(cluster.world_size, cluster.generation_ranks)
 
 
+def _rank(fn: Callable[..., None], *args) -> None:
+    """One launched rank running ``fn(*args)`` (module level so spawned processes can import it). A stop is printed
+    on the rank that saw it, which then exits with its code: a spawned rank's exception would reach the user as a
+    traceback."""
+    _quiet_transformers()
+    with _stops_reported():
+        fn(*args)
+
+
 def _sft_rank(tree: dict) -> None:
-    """One rank of SFT (module level so spawned processes can import it)."""
+    """One rank of SFT."""
     from dtppo.sft import run_sft
 
-    _quiet_transformers()
-    try:
-        run_sft(config_lib.from_dict(tree))
-    except RunStopped as err:
-        _report(err)  # on the rank that saw it, as a PPO rank does
-        raise SystemExit(err.exit_code) from None
+    run_sft(config_lib.from_dict(tree))
 
 
 def _ppo_rank(tree: dict, sft_results: dict) -> None:
-    """One rank of a PPO run (module level so spawned processes can import it): a training rank, or a generation
-    rank (``cluster.generation_ranks``), which serves the training ranks until they are done."""
+    """One rank of a PPO run: a training rank, or a generation rank (``cluster.generation_ranks``), which serves the
+    training ranks until they are done."""
     from dtppo.distributed.comm import is_main_rank
     from dtppo.distributed.launch import run_worlds
 
-    _quiet_transformers()
     cfg = config_lib.from_dict(tree)
     worlds = run_worlds()
-    try:
-        if worlds is not None and worlds.generation_rank is not None:
-            from dtppo.rollout.remote import serve
+    if worlds is not None and worlds.generation_rank is not None:
+        from dtppo.rollout.remote import serve
 
-            serve(cfg)
-            return
-        from dtppo.trainer import PPOTrainer
+        serve(cfg)
+        return
+    from dtppo.trainer import PPOTrainer
 
-        history = PPOTrainer(cfg).fit()
-    except RunStopped as err:
-        _report(err)  # on the rank that saw it: a spawned rank's exception would reach the user as a traceback
-        raise SystemExit(err.exit_code) from None
+    history = PPOTrainer(cfg).fit()
     if is_main_rank():
         print(_results_table(cfg, sft_results, history), flush=True)
+
+
+@contextlib.contextmanager
+def _stops_reported() -> Iterator[None]:
+    """A ``RunStopped`` inside becomes its one line on stderr and its exit code."""
+    try:
+        yield
+    except RunStopped as err:
+        _report(err)
+        raise SystemExit(err.exit_code) from None
 
 
 def _report(err: RunStopped) -> None:
@@ -326,8 +336,5 @@ def _quiet_transformers() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     _quiet_transformers()
-    try:
+    with _stops_reported():
         args.fn(args)
-    except RunStopped as err:
-        _report(err)
-        raise SystemExit(err.exit_code) from None

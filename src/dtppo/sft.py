@@ -251,19 +251,9 @@ class SFTRun:
 
     def engine(self, optim: OptimizerConfig, schedule: SchedulerConfig) -> TrainEngine:
         """AdamW over the model; each rank takes its share of a batch's rows, gradients summed over the ranks."""
-        p = self.layout
-        return TrainEngine(
-            self.model,
-            optim,
-            schedule,
-            self.cfg.sft.max_grad_norm,
-            p.device,
-            p.dp_rank,
-            p.dp_size,
-            p.dp_group,
-            name="sft",
-            unsharded_accumulation=self.cfg.policy.parallel.unsharded_grad_accumulation,
-            model_group=p.model_group,
+        unsharded = self.cfg.policy.parallel.unsharded_grad_accumulation
+        return self.layout.engine(
+            self.model, optim, schedule, self.cfg.sft.max_grad_norm, name="sft", unsharded_accumulation=unsharded
         )
 
     def validate(self, step: int) -> dict[str, float]:

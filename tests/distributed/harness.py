@@ -56,17 +56,7 @@ def make_config(overrides: list[str]) -> config_lib.Config:
 def layout_engine(model: torch.nn.Module, layout, max_grad_norm: float = 1.0, **options) -> TrainEngine:
     """A TrainEngine (AdamW lr 1e-2) over ``model``, already wrapped for ``layout``'s ranks; ``options``: the
     engine's keyword arguments (``unsharded_accumulation``, ``aggregation``, ...)."""
-    return TrainEngine(
-        model,
-        OptimizerConfig(lr=1e-2, eps=1e-6),
-        SchedulerConfig(),
-        max_grad_norm,
-        dp_rank=layout.dp_rank,
-        dp_size=layout.dp_size,
-        dp_group=layout.dp_group,
-        model_group=layout.model_group,
-        **options,
-    )
+    return layout.engine(model, OptimizerConfig(lr=1e-2, eps=1e-6), SchedulerConfig(), max_grad_norm, **options)
 
 
 def synthetic_experience(vocab: int, batch: int = 8, seed: int = 0) -> Experience:

@@ -19,21 +19,15 @@ class Worker:
     engine: TrainEngine
 
     def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
-        p = self.layout
         name = "policy" if isinstance(section, PolicyConfig) else "value"
-        return TrainEngine(
+        return self.layout.engine(
             self.model,
             section.optimizer,
             section.scheduler,
             section.max_grad_norm,
-            p.device,
-            p.dp_rank,
-            p.dp_size,
-            p.dp_group,
             name=name,
             max_consecutive_nonfinite=self.cfg.ppo.max_consecutive_nonfinite_steps,
             unsharded_accumulation=section.parallel.unsharded_grad_accumulation,
-            model_group=p.model_group,
             aggregation=self.cfg.loss.aggregation if name == "policy" else self.cfg.value.loss_aggregation,
             horizon=self.cfg.loss.aggregation_horizon,
         )

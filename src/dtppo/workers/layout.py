@@ -8,12 +8,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from dtppo.config import ParallelConfig
+from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
 from dtppo.distributed.comm import all_gather_rows, is_distributed, rank, world_size
 from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_group
 from dtppo.distributed.parallelize import compute_dtype, parallelize
 from dtppo.models.recompute import recompute_blocks
 from dtppo.types import ROLLOUT_FIELDS, Experience, block_rows
+from dtppo.workers.engine import TrainEngine
 
 
 class RankLayout:
@@ -58,6 +59,25 @@ class RankLayout:
         if not self.sharded:
             return model.to(self.device)
         return parallelize(model if cpu_offload else model.to(self.device), self.mesh, self.dims, cpu_offload)
+
+    def engine(
+        self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float, **options
+    ) -> TrainEngine:
+        """A TrainEngine over ``model`` (as ``wrap`` returned it) on this rank's device, training this rank's share of
+        each minibatch, its metrics and gradient norm reduced over this layout's groups; ``options``: the engine's
+        other keyword arguments (``name``, ``aggregation``, ...)."""
+        return TrainEngine(
+            model,
+            optim,
+            schedule,
+            max_grad_norm,
+            self.device,
+            self.dp_rank,
+            self.dp_size,
+            self.dp_group,
+            model_group=self.model_group,
+            **options,
+        )
 
     def replica(self, model: nn.Module) -> nn.Module:
         """A frozen whole copy of ``model`` on this rank's device, its parameters in ``compute_dtype()`` (bf16 on
