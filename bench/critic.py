@@ -50,9 +50,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dtppo import config as config_lib  # noqa: E402
-from dtppo.logging import explained_var_mean, read_metrics  # noqa: E402
-from dtppo.plot import curve  # noqa: E402
-from dtppo.preflight import preflight  # noqa: E402
+from dtppo.launch.preflight import preflight  # noqa: E402
+from dtppo.observability.logger import explained_var_mean, read_metrics  # noqa: E402
+from dtppo.observability.plot import curve  # noqa: E402
 
 DEMO = REPO / "recipes" / "tiny-math-cpu.yaml"
 RUNS = Path("runs") / "critic"

@@ -44,14 +44,15 @@ from dtppo import config as config_lib  # noqa: E402
 from dtppo.algorithms.advantages import compute_gae, token_level_rewards  # noqa: E402
 from dtppo.algorithms.losses import explained_var  # noqa: E402
 from dtppo.data.loader import build_sources, encode_prompts  # noqa: E402
-from dtppo.evaluation import decode_responses  # noqa: E402
+from dtppo.generation.generator import TorchGenerator  # noqa: E402
+from dtppo.generation.responses import decode_responses  # noqa: E402
+from dtppo.generation.sampler import stream_key  # noqa: E402
+from dtppo.launch.preflight import preflight  # noqa: E402
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids  # noqa: E402
 from dtppo.models.tokenizer import load_tokenizer  # noqa: E402
 from dtppo.models.value import ValueModel  # noqa: E402
-from dtppo.preflight import preflight  # noqa: E402
 from dtppo.rewards.rewarder import Rewarder  # noqa: E402
-from dtppo.rollout.generator import TorchGenerator  # noqa: E402
-from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
+from dtppo.types import SampleRequest, SamplingParams  # noqa: E402
 
 POSITION_BUCKETS = [(0, 1), (1, 4), (4, 16), (16, 10_000)]
 
@@ -121,10 +122,12 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
     gen = cfg.policy.generation
     generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id)
     experience = generator.sample(
-        prompts,
-        SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
-        stream_key(seed, 0),
-        torch.arange(len(prompts)),
+        SampleRequest(
+            prompts,
+            SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
+            stream_key(seed, 0),
+            torch.arange(len(prompts)),
+        )
     )
     texts = decode_responses(tokenizer, experience)
     rewarder = Rewarder(cfg.reward, cfg.data.system_prompt, "local", torch.device("cpu"))  # no Ray cluster here

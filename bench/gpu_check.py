@@ -14,8 +14,8 @@
    LoRA (issue 33): `bench/memory.py lora` rows on the device, policy + reference + critic and AdamW's state at
    full fine-tuning and with adapters of rank 16 / 64 (needs peft on the machine, else recorded as skipped).
 5. The updates profiled (issue 23, item 2): the step of 2. again with ``DTPPO_PROFILE_DIR`` set; the critic's and
-   the policy's last update, their total device self time and top operators (dtppo.profiling). The unprofiled
-   run of 2. gives ``critic_over_policy_update`` from the trainer's timings.
+   the policy's last update, their total device self time and top operators (dtppo.observability.profiling).
+   The unprofiled run of 2. gives ``critic_over_policy_update`` from the trainer's timings.
 6. The throughput table (issue 23, item 3): the step of 2. at Qwen2.5-0.5B's and -1.5B's shapes with the real
    151,936-entry vocabulary (bench/gpu_models.py): phase shares, tokens/s, each update's FLOP rate, peak memory.
 7. Decode (issue 23, item 1; bench/gpu_decode.py): the torch sampler eager and with ``decode_graph``, next to
@@ -49,15 +49,15 @@ from dtppo.algorithms.advantages import compute_advantages, token_level_rewards
 from dtppo.algorithms.losses import policy_loss, value_loss
 from dtppo.config import TinyMathConfig, TinyModelConfig
 from dtppo.data.tiny_math import TinyMathStream
-from dtppo.logging import read_metrics
+from dtppo.generation.generator import TorchGenerator
+from dtppo.generation.sampler import stream_key
 from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
+from dtppo.observability.logger import read_metrics
+from dtppo.observability.profiling import PROFILE_ENV
 from dtppo.ops import logprobs_from_logits
-from dtppo.profiling import PROFILE_ENV
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.rollout.sampler import SamplingParams, stream_key
-from dtppo.types import Experience
+from dtppo.types import Experience, SampleRequest, SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_decode import decode_speed  # noqa: E402
@@ -218,7 +218,7 @@ def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
     policy, critic = build_models(RECIPE_TINY, tok)
     prompts, _ = prompts_and_answers(tok, batch)
     generator = TorchGenerator(policy.eval(), (tok.eos_token_id,), tok.pad_token_id)
-    exp = generator.sample(prompts, SamplingParams(new_tokens), stream_key(0, 0), torch.arange(batch))
+    exp = generator.sample(SampleRequest(prompts, SamplingParams(new_tokens), stream_key(0, 0), torch.arange(batch)))
     exp = with_targets(exp, policy, critic)
     reference = evaluate(policy, critic, exp, torch.device("cpu"), "fp32")
     if device.type == "cpu":
@@ -587,8 +587,8 @@ def features_smoke(cuda: bool) -> dict:
 
 
 def update_profile(cuda: bool, args) -> dict:
-    """The same steps with the updates under torch.profiler (``DTPPO_PROFILE_DIR``, dtppo.profiling): for the
-    critic's and the policy's last update, the total self time on the device (CPU in the fallback) and the top
+    """The same steps with the updates under torch.profiler (``DTPPO_PROFILE_DIR``, dtppo.observability.profiling):
+    for the critic's and the policy's last update, the total self time on the device (CPU in the fallback) and the top
     operators, so the critic/policy gap has a kernel-level account (each profile's ``wall_s`` is its update alone).
     A separate run: the profiler slows the steps it records and writes its files inside the timed phases, so the
     step's timings come from the unprofiled run."""

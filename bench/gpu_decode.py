@@ -16,8 +16,8 @@ import time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.rollout.sampler import SamplingParams
+from dtppo.generation.generator import TorchGenerator
+from dtppo.types import SampleRequest, SamplingParams
 from gpu_models import SHAPES
 from memory import QWEN_05B
 
@@ -82,7 +82,7 @@ def decode_speed(cuda: bool, prompts: int, new_tokens: int, full_on_cpu: bool = 
 
     def dtppo(graph: bool):
         generator = TorchGenerator(model, (NO_EOS,), 0, compile=graph)  # keeps its compiled decoders
-        return lambda: generator.sample(token_lists, params, 7, sample_ids)
+        return lambda: generator.sample(SampleRequest(token_lists, params, 7, sample_ids))
 
     variants = {"dtppo eager": dtppo(False)}
     if cuda or full_on_cpu:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from dtppo.logging import read_metrics
+from dtppo.observability.logger import read_metrics
 from gpu_models import QWEN25_VOCAB, write_model_dir
 from readme_blocks import with_block
 

@@ -49,7 +49,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DTPPO = [sys.executable, "-m", "dtppo"]
-IMPORTS = "import torch, transformers, dtppo.cli, dtppo.trainer"
+IMPORTS = "import torch, transformers, dtppo.cli, dtppo.ppo.trainer"
 
 
 def ppo_step(tmp: str, ranks: int) -> list[str]:

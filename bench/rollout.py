@@ -26,11 +26,11 @@ from transformers import GenerationConfig
 
 from dtppo import config as config_lib
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.generation.decoder import StaticKVDecoder
+from dtppo.generation.generator import TorchGenerator
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.rollout.decoder import StaticKVDecoder
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.rollout.sampler import SamplingParams
+from dtppo.types import SampleRequest, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny-math-cpu.yaml"
@@ -72,7 +72,7 @@ def build_variants(model, prompts, pad_id: int, new_tokens: int, compile: bool) 
         generator = TorchGenerator(model, (NO_EOS,), pad_id, compile=compiled)  # keeps its compiled decoders
 
         def run():
-            exp = generator.sample(prompts, params, 1, sample_ids)
+            exp = generator.sample(SampleRequest(prompts, params, 1, sample_ids))
             return exp.input_ids[exp.response_mask.bool()].view(len(prompts), new_tokens)
 
         return run

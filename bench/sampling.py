@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from dtppo.rollout.decoder import StaticKVDecoder
-from dtppo.rollout.sampler import SamplingParams, counter_uniform, pick_tokens
+from dtppo.generation.decoder import StaticKVDecoder
+from dtppo.generation.sampler import counter_uniform, pick_tokens
+from dtppo.types import SamplingParams
 from memory import QWEN_05B
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,11 +29,11 @@ import torch  # noqa: E402
 
 from dtppo import config as config_lib  # noqa: E402
 from dtppo.config import LoraConfig  # noqa: E402
+from dtppo.generation.vllm_engine import VLLMEngine  # noqa: E402  (sets vLLM's in-process environment)
 from dtppo.models.causal_lm import build_causal_lm  # noqa: E402
 from dtppo.models.logprobs import token_logprobs  # noqa: E402
 from dtppo.models.lora import add_adapters, frozen_base, merged_model, save_adapter  # noqa: E402
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
-from dtppo.rollout.vllm_engine import VLLMEngine  # noqa: E402  (sets vLLM's in-process environment)
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny-math-cpu.yaml"

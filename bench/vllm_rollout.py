@@ -30,10 +30,11 @@ from transformers import GenerationConfig  # noqa: E402
 
 from dtppo import config as config_lib  # noqa: E402
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts  # noqa: E402
+from dtppo.generation import sampler  # noqa: E402
+from dtppo.generation.generator import TorchGenerator  # noqa: E402
 from dtppo.models.causal_lm import build_causal_lm  # noqa: E402
 from dtppo.models.tokenizer import build_char_tokenizer  # noqa: E402
-from dtppo.rollout import sampler  # noqa: E402
-from dtppo.rollout.generator import TorchGenerator  # noqa: E402
+from dtppo.types import SampleRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import MODELS  # noqa: E402
@@ -57,7 +58,7 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
         generator = TorchGenerator(model, (NO_EOS,), pad_id, "static" if static else "hf")
 
         def run():
-            return int(generator.sample(prompts, params, 1, sample_ids).response_mask.sum())
+            return int(generator.sample(SampleRequest(prompts, params, 1, sample_ids)).response_mask.sum())
 
         return run
 
@@ -92,7 +93,7 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
 
 
 def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) -> list[dict]:
-    from dtppo.rollout.vllm_engine import VLLMEngine
+    from dtppo.generation.vllm_engine import VLLMEngine
 
     cfg = config_lib.load(
         RECIPE, ["ppo.init_from_sft=false", *[f"policy.model.tiny.{k}={v}" for k, v in MODELS[name].items()]]

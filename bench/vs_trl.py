@@ -30,7 +30,7 @@ from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel, build_backbone
-from dtppo.trainer import PPOTrainer
+from dtppo.ppo.trainer import PPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload import matmul_peak_gflops, train_flops  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critic import mean_ci95, paired_ci95, per_sft_model, sft_figures  # noqa: E402
-from dtppo.logging import read_metrics  # noqa: E402
+from dtppo.observability.logger import read_metrics  # noqa: E402
 from sft_units import COMMON, REPO, print_summary, run_dtppo, usable_sft_models  # noqa: E402
 
 STEPS = 40

@@ -28,7 +28,7 @@ import torch
 
 from dtppo import config as config_lib
 from dtppo.config import TinyModelConfig
-from dtppo.packing import pack_rows
+from dtppo.models.packing import pack_rows
 from dtppo.types import Experience, build_response_mask
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "recipes" / "tiny-math-cpu.yaml")

@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING
 
 from dtppo import config as config_lib
 from dtppo.config.reward_spec import parse_spec
-from dtppo.faults import CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
+from dtppo.errors import CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
 
 if TYPE_CHECKING:  # the launchers import torch; the CLI imports them only when it starts ranks
-    from dtppo.orchestration.launcher import RankLauncher
+    from dtppo.launch.launcher import RankLauncher
 
 DEBUG_ENV = "DTPPO_DEBUG"
 
 
 def _load(args: argparse.Namespace, sft: bool = False) -> config_lib.Config:
     """The recipe with its overrides, checked (with ``sft``: also for what SFT needs of it)."""
-    from dtppo.preflight import preflight
+    from dtppo.launch.preflight import preflight
 
     try:
         cfg = config_lib.load(args.recipe, args.overrides)
@@ -53,7 +53,7 @@ def _config_error(err: config_lib.ConfigError) -> None:
 
 
 def cmd_sft(args: argparse.Namespace) -> None:
-    from dtppo.sft import check_floor
+    from dtppo.sft.trainer import check_floor
 
     cfg = _load(args, sft=True)
     results = _train_sft(cfg)
@@ -63,7 +63,7 @@ def cmd_sft(args: argparse.Namespace) -> None:
 
 def cmd_ppo(args: argparse.Namespace) -> None:
     from dtppo.distributed.launch import under_torchrun
-    from dtppo.sft import check_floor, saved_results, sft_is_done
+    from dtppo.sft.trainer import check_floor, saved_results, sft_is_done
 
     cfg = _load(args)
     sft_results = {}
@@ -84,7 +84,7 @@ def cmd_ppo(args: argparse.Namespace) -> None:
 
 def _train_sft(cfg: config_lib.Config) -> dict[str, float]:
     """SFT on the policy's ranks (``sft.run_sft``); the results it saved with the model."""
-    from dtppo.sft import saved_results
+    from dtppo.sft.trainer import saved_results
 
     cluster, policy_ranks = cfg.cluster, len(cfg.cluster.pool("policy"))
     if policy_ranks != cluster.world_size:  # the critic's or the generation ranks have no part in SFT
@@ -143,7 +143,7 @@ def _absolute_paths(tree: dict) -> dict:
 def _launcher(cluster: config_lib.ClusterConfig) -> RankLauncher:
     """Where the ranks run: this machine (spawned processes / torchrun) or Ray actors."""
     if cluster.backend == "ray":
-        from dtppo.orchestration.ray_launcher import RayLauncher
+        from dtppo.launch.ray import RayLauncher
 
         launcher = RayLauncher(cluster, cluster.ray_temp_dir)
         print(
@@ -152,7 +152,7 @@ def _launcher(cluster: config_lib.ClusterConfig) -> RankLauncher:
             flush=True,
         )
         return launcher
-    from dtppo.orchestration.launcher import LocalLauncher
+    from dtppo.launch.launcher import LocalLauncher
 
     return LocalLauncher(cluster.world_size, cluster.generation_ranks)
 
@@ -168,7 +168,7 @@ def _rank(fn: Callable[..., None], *args) -> None:
 
 def _sft_rank(tree: dict) -> None:
     """One rank of SFT."""
-    from dtppo.sft import run_sft
+    from dtppo.sft.trainer import run_sft
 
     run_sft(config_lib.from_dict(tree))
 
@@ -182,11 +182,11 @@ def _ppo_rank(tree: dict, sft_results: dict) -> None:
     cfg = config_lib.from_dict(tree)
     worlds = run_worlds()
     if worlds is not None and worlds.generation_rank is not None:
-        from dtppo.rollout.remote import serve
+        from dtppo.generation.remote import serve
 
         serve(cfg)
         return
-    from dtppo.trainer import PPOTrainer
+    from dtppo.ppo.trainer import PPOTrainer
 
     history = PPOTrainer(cfg).fit()
     if is_main_rank():
@@ -224,8 +224,8 @@ def _debug_traceback(err: BaseException) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    from dtppo.sft import sft_is_done
-    from dtppo.trainer import PPOTrainer
+    from dtppo.ppo.trainer import PPOTrainer
+    from dtppo.sft.trainer import sft_is_done
 
     # Evaluation samples in this one process: no generation ranks, nothing to run ahead of.
     args.overrides = [*args.overrides, "cluster.generation_ranks=0", "ppo.max_lag=0"]
@@ -250,14 +250,14 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    from dtppo.export import export_checkpoint
+    from dtppo.checkpoint.export import export_checkpoint
 
     for path in export_checkpoint(args.checkpoint_dir, args.out_dir):
         print(f"wrote {path}")
 
 
 def cmd_plot(args: argparse.Namespace) -> None:
-    from dtppo.plot import plot_runs
+    from dtppo.observability.plot import plot_runs
 
     print(f"wrote {plot_runs(args.log_dirs, args.out)}")
 
@@ -273,7 +273,7 @@ def _table(title: str, values: dict) -> str:
 
 def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict]) -> str:
     """The demo's summary: accuracy before and after PPO and the critic's fit over the run."""
-    from dtppo.logging import explained_var_defined, explained_var_mean, read_metrics
+    from dtppo.observability.logger import explained_var_defined, explained_var_mean, read_metrics
 
     records = read_metrics(cfg.logger.log_dir)
     val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]

@@ -1,7 +1,4 @@
-"""Faults that stop a run, and the test hooks that provoke them on purpose.
-
-A run stops with a ``RunStopped`` subclass when continuing would waste compute or lose data; the CLI turns
-it into one line on stderr and a dedicated exit code (``exit_code``); a traceback only with ``DTPPO_DEBUG=1``.
+"""The test hooks that provoke faults on purpose (the errors they lead to are in ``dtppo.errors``).
 
 Test hooks are environment variables, so they reach every rank a launcher starts and need no config key.
 They are read when used and do nothing when unset (the normal case):
@@ -37,43 +34,6 @@ VALUE_GRAD_ENV = "DTPPO_TEST_VALUE_GRAD"
 GEN_LOGPROB_ERROR_ENV = "DTPPO_TEST_GEN_LOGPROB_ERROR"
 OBSERVATIONS_AS_ACTIONS_ENV = "DTPPO_TEST_OBSERVATIONS_AS_ACTIONS"
 _VALUE_GRAD_SCALES = {"": 1.0, "off": 0.0, "flip": -1.0}
-
-
-class RunStopped(RuntimeError):
-    """The run cannot usefully continue; ``str(err)`` is the one-line explanation for the user."""
-
-    exit_code = 1
-
-
-class InputError(RunStopped):
-    """An input the user named (data, checkpoint, model directory, log directory) is missing or unusable;
-    the message names the config key or the path."""
-
-    exit_code = 2
-
-
-class NonFiniteError(RunStopped):
-    """Too many consecutive optimizer steps had a non-finite loss or gradient."""
-
-    exit_code = 3
-
-
-class CheckpointError(RunStopped):
-    """A checkpoint could not be written, or one on disk is incomplete or corrupted."""
-
-    exit_code = 4
-
-
-class BelowFloorError(RunStopped):
-    """A model PPO would start from is below the accuracy its recipe states as the floor (``sft.min_accuracy``)."""
-
-    exit_code = 5
-
-
-class GenerationError(RunStopped):
-    """The generation ranks (``cluster.generation_ranks``) died, stopped answering, or answered out of protocol."""
-
-    exit_code = 6
 
 
 def nonfinite_injected(model: str, optimizer_step: int) -> bool:

@@ -109,6 +109,47 @@ def balanced_rows(lengths: torch.Tensor, index: int, count: int) -> torch.Tensor
 
 
 @dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are drawn: at most ``max_new_tokens`` per response, from the policy's distribution at
+    ``temperature`` within nucleus ``top_p``, or its argmax when ``greedy``."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """What a generator is asked for: a response to each of B prompts.
+
+    prompts: B lists of token ids; params: how tokens are drawn; key: the stream key (``generation.sampler.
+    stream_key``) which, with sample_ids ([B] int64 global sample indices), alone decides the random draws, so
+    a request answered in parts, in any order or on any rank, samples the same tokens; rows: each prompt's
+    columns (``envs.interface.episode_row``), which multi-turn episodes reset their environment with (None for
+    an engine sampling single responses, which does not read them)."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    key: int
+    sample_ids: torch.Tensor
+    rows: list[dict] | None = None
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def take(self, index: list[int] | slice) -> SampleRequest:
+        """The request for a subset of its prompts, in ``index`` order (a list of positions or a slice)."""
+        picked = range(len(self.prompts))[index] if isinstance(index, slice) else index
+        return dataclasses.replace(
+            self,
+            prompts=[self.prompts[i] for i in picked],
+            sample_ids=self.sample_ids[torch.as_tensor(list(picked), dtype=torch.long)],
+            rows=[self.rows[i] for i in picked] if self.rows is not None else None,
+        )
+
+
+@dataclass(frozen=True)
 class Experience:
     """Everything one PPO step knows about its samples; later fields are filled phase by phase.
 

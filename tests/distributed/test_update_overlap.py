@@ -11,7 +11,8 @@ import torch
 
 from dtppo.distributed.comm import rank
 from dtppo.distributed.launch import run_ranks
-from dtppo.trainer import PhaseTimer, PPOTrainer
+from dtppo.ppo.step_metrics import PhaseTimer
+from dtppo.ppo.trainer import PPOTrainer
 from dtppo.workers.role import PolicyRole, ValueRole
 
 UPDATE_SECONDS = 1.0

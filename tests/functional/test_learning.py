@@ -18,7 +18,7 @@ task each time and checks it against its expected range (bench/results/demo_expe
 import pytest
 
 from conftest import TINY, read_jsonl, run_cli
-from dtppo.logging import explained_var_mean
+from dtppo.observability.logger import explained_var_mean
 
 EASY = [
     "data.tiny_math.max_number=10",

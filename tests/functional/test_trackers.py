@@ -23,7 +23,7 @@ from conftest import FAST, TINY, read_jsonl
 pytest.importorskip("wandb")
 pytest.importorskip("mlflow")
 
-from dtppo.trackers import mlflow_name  # noqa: E402
+from dtppo.observability.trackers import mlflow_name  # noqa: E402
 
 SMALL = [
     "ppo.num_prompts_per_step=8",

@@ -14,10 +14,11 @@ import torch  # noqa: E402
 
 from dtppo import config as config_lib  # noqa: E402
 from dtppo.data.loader import encode_prompts  # noqa: E402
+from dtppo.generation.generator import TorchGenerator  # noqa: E402
+from dtppo.generation.sampler import stream_key  # noqa: E402
 from dtppo.models.causal_lm import stop_token_ids  # noqa: E402
-from dtppo.rollout.generator import TorchGenerator  # noqa: E402
-from dtppo.rollout.sampler import SamplingParams, stream_key  # noqa: E402
-from dtppo.trainer import PPOTrainer  # noqa: E402
+from dtppo.ppo.trainer import PPOTrainer  # noqa: E402
+from dtppo.types import SampleRequest, SamplingParams  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import FAST, TINY  # noqa: E402
@@ -35,27 +36,27 @@ def sampling_checks(trainer: PPOTrainer) -> dict:
     prompts = encode_prompts(tok, trainer.validation_problems[:16], cfg.data.system_prompt, cfg.data.max_prompt_tokens)
     ids, key, n = torch.arange(16), stream_key(cfg.ppo.seed, 0), cfg.policy.generation.max_new_tokens
     greedy = SamplingParams(n, greedy=True)
-    by_vllm = worker.generator.sample(prompts, greedy, key, ids)
+    by_vllm = worker.generator.sample(SampleRequest(prompts, greedy, key, ids))
     torch_generator = TorchGenerator(worker.model, stop_token_ids(worker.model, tok), tok.pad_token_id)
-    by_torch = torch_generator.sample(prompts, greedy, key, ids)
+    by_torch = torch_generator.sample(SampleRequest(prompts, greedy, key, ids))
     tempered = SamplingParams(n, temperature=cfg.policy.generation.temperature)
-    whole = responses(worker.generator.sample(prompts, tempered, key, ids))
-    halves = responses(worker.generator.sample(prompts[:8], tempered, key, ids[:8])) + responses(
-        worker.generator.sample(prompts[8:], tempered, key, ids[8:])
+    whole = responses(worker.generator.sample(SampleRequest(prompts, tempered, key, ids)))
+    halves = responses(worker.generator.sample(SampleRequest(prompts[:8], tempered, key, ids[:8]))) + responses(
+        worker.generator.sample(SampleRequest(prompts[8:], tempered, key, ids[8:]))
     )
-    reversed_order = responses(worker.generator.sample(prompts[::-1], tempered, key, ids.flip(0)))[::-1]
+    reversed_order = responses(worker.generator.sample(SampleRequest(prompts[::-1], tempered, key, ids.flip(0))))[::-1]
     # 256 prompts (~20k prompt tokens) exceed one scheduler step's token budget: the first 16 rows again.
-    crowded = responses(worker.generator.sample(prompts * 16, tempered, key, torch.arange(256)))
+    crowded = responses(worker.generator.sample(SampleRequest(prompts * 16, tempered, key, torch.arange(256))))
     return {
         "greedy_vllm": responses(by_vllm),
         "greedy_torch": responses(by_torch),
         "whole": whole,
-        "rerun": responses(worker.generator.sample(prompts, tempered, key, ids)),
+        "rerun": responses(worker.generator.sample(SampleRequest(prompts, tempered, key, ids))),
         "halves": halves,
         "reversed": reversed_order,
         "crowded": crowded[:16],
         "crowded_rows": len(crowded),
-        "other_key": responses(worker.generator.sample(prompts, tempered, key + 1, ids)),
+        "other_key": responses(worker.generator.sample(SampleRequest(prompts, tempered, key + 1, ids))),
     }
 
 

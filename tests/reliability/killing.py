@@ -38,7 +38,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "recipes" / "tiny-math-cpu.yaml")
 PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
-PAUSES_PER_WRITE = 4  # dtppo.checkpoint pauses after: mkdir, weights, trainer state, manifest
+PAUSES_PER_WRITE = 4  # dtppo.checkpoint.store pauses after: mkdir, weights, trainer state, manifest
 SMALL_MODEL = [
     f"{w}.model.tiny.{k}={v}"
     for w in ("policy", "value")
@@ -299,8 +299,8 @@ def _stage(ckpt: Path) -> str:
 
 
 def _snapshot(ckpt: Path, record: KillRecord) -> None:
-    from dtppo import checkpoint
-    from dtppo.faults import CheckpointError
+    from dtppo.checkpoint import store as checkpoint
+    from dtppo.errors import CheckpointError
 
     record.steps_on_disk = checkpoint.complete_steps(ckpt)
     record.tmp_dirs = sorted(p.name for p in ckpt.glob("tmp_*")) if ckpt.is_dir() else []

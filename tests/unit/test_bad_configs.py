@@ -18,7 +18,7 @@ import pytest
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
-from dtppo.preflight import preflight
+from dtppo.launch.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"

@@ -11,7 +11,7 @@ from dtppo.config import EnvConfig
 from dtppo.data.problem import Problem
 from dtppo.envs.client import EnvClient
 from dtppo.envs.transcripts import transcript_episodes
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.types import build_episode_rows
 

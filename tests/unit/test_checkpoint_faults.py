@@ -14,8 +14,8 @@ import os
 import pytest
 import torch
 
-from dtppo import checkpoint
-from dtppo.faults import CheckpointError
+from dtppo.checkpoint import store as checkpoint
+from dtppo.errors import CheckpointError
 
 
 def _state(seed):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from dtppo import checkpoint
-from dtppo.faults import CheckpointError
+from dtppo.checkpoint import store as checkpoint
+from dtppo.errors import CheckpointError
 
 
 class _Payload:

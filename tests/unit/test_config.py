@@ -5,7 +5,7 @@ import pytest
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
-from dtppo.preflight import preflight
+from dtppo.launch.preflight import preflight
 
 RECIPES = sorted(f"recipes/{p.name}" for p in (Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 

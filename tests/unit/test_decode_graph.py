@@ -9,11 +9,12 @@ import torch
 
 from dtppo import config as config_lib
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.generation.generator import TorchGenerator
+from dtppo.generation.sampler import counter_uniform
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.ops import logprobs_from_logits
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.rollout.sampler import SamplingParams, counter_uniform
+from dtppo.types import SampleRequest, SamplingParams
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny-math-cpu.yaml"
 
@@ -35,8 +36,8 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
     graph_generator = TorchGenerator(model, stops, tok.pad_token_id, compile=True)
 
     def both(params: SamplingParams, key: int):
-        eager = eager_generator.sample(prompts, params, key, ids)
-        graph = graph_generator.sample(prompts, params, key, ids)
+        eager = eager_generator.sample(SampleRequest(prompts, params, key, ids))
+        graph = graph_generator.sample(SampleRequest(prompts, params, key, ids))
         for b in range(len(prompts)):
             _same_or_a_tie(model, eager, graph, b, len(prompts[b]), params, key)
         return graph
@@ -49,7 +50,7 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
     params = SamplingParams(cfg.policy.generation.max_new_tokens)
-    after = graph_generator.sample(prompts, params, 3, ids)
+    after = graph_generator.sample(SampleRequest(prompts, params, 3, ids))
     assert list(graph_generator.graph_decoders.values()) == [decoder]
     assert [t.data_ptr() for t in decoder._graph_inputs()] == addresses
     assert not torch.equal(after.input_ids, sampled.input_ids)  # the new weights were used: same key, other tokens
@@ -61,7 +62,7 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
             model(input_ids=after.input_ids, attention_mask=after.attention_mask).logits, after.input_ids
         )
     assert float(((full - after.gen_logprobs).abs() * after.response_mask).max()) < 1e-5
-    fresh = TorchGenerator(model, stops, tok.pad_token_id, compile=True).sample(prompts, params, 3, ids)
+    fresh = TorchGenerator(model, stops, tok.pad_token_id, compile=True).sample(SampleRequest(prompts, params, 3, ids))
     assert torch.equal(fresh.input_ids, after.input_ids) and torch.equal(fresh.gen_logprobs, after.gen_logprobs)
 
 

@@ -96,7 +96,7 @@ def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
     # docs/design.md "How step metrics aggregate minibatches and epochs". lr = 0 keeps the model fixed, so
     # each minibatch's loss can be recomputed here; the two minibatches have different token counts. OptimizerConfig
     # refuses lr = 0 (no recipe may ask for it), so the engine gets its fields in a plain namespace.
-    from dtppo.metrics import mean_over
+    from dtppo.observability.metrics import mean_over
 
     torch.manual_seed(2)
     model = torch.nn.Linear(1, 1)
@@ -138,7 +138,7 @@ def _tied_lm(seed: int):
 
 
 def test_a_tied_embedding_is_saved_once_and_tied_again_on_load(tmp_path):
-    from dtppo import checkpoint
+    from dtppo.checkpoint import store as checkpoint
 
     model, engine = _tied_lm(seed=0)
     state = engine.state_dict()

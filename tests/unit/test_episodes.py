@@ -12,13 +12,20 @@ import torch
 from dtppo.algorithms.advantages import compute_gae, compute_turn_gae, token_level_rewards, turn_starts
 from dtppo.config import EnvConfig, from_dict
 from dtppo.envs.client import EnvClient
-from dtppo.estimators import build_estimator
-from dtppo.evaluation import decode_responses
-from dtppo.metrics import episode_metrics
+from dtppo.generation.episodes import EpisodeGenerator, observation_tokens, stop_string_cut
+from dtppo.generation.responses import decode_responses
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.rollout.episodes import EpisodeGenerator, observation_tokens, stop_string_cut
-from dtppo.rollout.sampler import SamplingParams
-from dtppo.types import EPISODE_ENDS, Experience, Segment, build_episode_rows, build_response_mask
+from dtppo.ppo.advantage_estimator import build_estimator
+from dtppo.ppo.step_metrics import episode_metrics
+from dtppo.types import (
+    EPISODE_ENDS,
+    Experience,
+    SampleRequest,
+    SamplingParams,
+    Segment,
+    build_episode_rows,
+    build_response_mask,
+)
 
 POISON = 1.0e6
 TOK = build_char_tokenizer()
@@ -195,7 +202,8 @@ class ScriptEngine:
     def __init__(self, script):
         self.script, self.version, self.calls = script, 0, []
 
-    def sample(self, prompts, params, key, sample_ids, rows=None):
+    def sample(self, request):
+        prompts, params, key, sample_ids = request.prompts, request.params, request.key, request.sample_ids
         texts = []
         for prompt, i in zip(prompts, sample_ids.tolist()):
             turn = TOK.decode(prompt).count("<result>")
@@ -235,7 +243,7 @@ SCRIPT = [
 def test_the_loop_cuts_at_stop_strings_appends_observations_and_ends_each_way():
     gen = _loop(SCRIPT, max_turns=3)
     rows = [{"prompt": f"Q{i}", "answer": "6"} for i in range(4)]
-    e = gen.sample(_prompts(4), SamplingParams(24), 7, torch.arange(4), rows)
+    e = gen.sample(SampleRequest(_prompts(4), SamplingParams(24), 7, torch.arange(4), rows))
     texts = [TOK.decode(r[a.bool()].tolist()) for r, a in zip(e.input_ids, e.attention_mask)]
     assert texts[0] == "Q0\nAnswer: <calc>2*3</calc><result>6</result>\n#### 6<eos>"
     assert texts[1] == "Q1\nAnswer: #### 1<eos>"
@@ -260,7 +268,7 @@ def test_the_loop_cuts_at_stop_strings_appends_observations_and_ends_each_way():
 
 def test_the_token_budget_cuts_a_turn_and_drops_an_observation_without_room():
     gen = _loop(SCRIPT, max_turns=3, max_total_tokens=20)
-    e = gen.sample(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{} for _ in range(4)])
+    e = gen.sample(SampleRequest(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{} for _ in range(4)]))
     after_prompt = (e.attention_mask.sum(-1) - torch.tensor([len(p) for p in _prompts(4)])).tolist()
     assert max(after_prompt) <= 20
     # Row 0: 16 tokens of "<calc>2*3</calc>", then an observation of 19 would leave no room: the episode ends.
@@ -270,9 +278,9 @@ def test_the_token_budget_cuts_a_turn_and_drops_an_observation_without_room():
 
 
 def test_episodes_do_not_depend_on_the_batch_they_are_sampled_in():
-    whole = _loop(SCRIPT).sample(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{}] * 4)
+    whole = _loop(SCRIPT).sample(SampleRequest(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{}] * 4))
     halves = [
-        _loop(SCRIPT).sample(_prompts(4)[s], SamplingParams(24), 7, torch.arange(4)[s], [{}] * 2)
+        _loop(SCRIPT).sample(SampleRequest(_prompts(4)[s], SamplingParams(24), 7, torch.arange(4)[s], [{}] * 2))
         for s in (slice(0, 2), slice(2, 4))
     ]
     for name in ("response_mask", "turn_ids", "turn_rewards", "gen_logprobs"):
@@ -311,9 +319,9 @@ def test_episode_config_keys():
 
 
 def test_the_ablation_hook_marks_observations_as_actions(monkeypatch):
-    normal = _loop(SCRIPT).sample(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{}] * 4)
+    normal = _loop(SCRIPT).sample(SampleRequest(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{}] * 4))
     monkeypatch.setenv("DTPPO_TEST_OBSERVATIONS_AS_ACTIONS", "1")
-    ablated = _loop(SCRIPT).sample(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{}] * 4)
+    ablated = _loop(SCRIPT).sample(SampleRequest(_prompts(4), SamplingParams(24), 7, torch.arange(4), [{}] * 4))
     observation = normal.attention_mask.bool() & (normal.turn_ids > 0) & ~normal.response_mask.bool()
     assert observation.any() and torch.equal(ablated.input_ids, normal.input_ids)
     assert torch.equal(ablated.response_mask.bool(), normal.response_mask.bool() | observation)

@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from dtppo import checkpoint
 from dtppo import config as config_lib
-from dtppo.export import export_checkpoint
+from dtppo.checkpoint import store as checkpoint
+from dtppo.checkpoint.export import export_checkpoint
 from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel, build_backbone

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from dtppo.config import ModelConfig
+from dtppo.generation import decoder as decoder_module
+from dtppo.generation.generator import TorchGenerator
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
 from dtppo.models.tokenizer import build_char_tokenizer, load_tokenizer
-from dtppo.rollout import decoder as decoder_module
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.rollout.sampler import SamplingParams
+from dtppo.types import SampleRequest, SamplingParams
 
 TEXTS = [
     "Natalia sold clips to 48 of her friends in April.",
@@ -34,8 +34,8 @@ def _real_format(directory):
 def _both(model, tok, prompts, params: SamplingParams):
     stops = (-1,)  # none: the fixtures' models end almost at once, and every step should be compared
     ids = torch.arange(len(prompts))
-    static = TorchGenerator(model, stops, tok.pad_token_id, "static").sample(prompts, params, 11, ids)
-    hf = TorchGenerator(model, stops, tok.pad_token_id, "hf").sample(prompts, params, 11, ids)
+    static = TorchGenerator(model, stops, tok.pad_token_id, "static").sample(SampleRequest(prompts, params, 11, ids))
+    hf = TorchGenerator(model, stops, tok.pad_token_id, "hf").sample(SampleRequest(prompts, params, 11, ids))
     return static, hf
 
 
@@ -72,7 +72,7 @@ def test_other_architectures_decode_through_the_hf_forward_and_refuse_the_static
     stops = stop_token_ids(model, tok)
     auto = TorchGenerator(model, stops, tok.pad_token_id)
     assert auto.decoder == "hf" and auto.describe() == "torch backend, hf decoder (gpt2 model)"
-    rows = auto.sample(prompts, SamplingParams(8), 3, torch.arange(len(prompts)))
+    rows = auto.sample(SampleRequest(prompts, SamplingParams(8), 3, torch.arange(len(prompts))))
     assert rows.response_mask.sum() > 0
     with pytest.raises(ValueError, match=r"^policy.generation.decoder: static .* not this gpt2 model"):
         TorchGenerator(model, stops, tok.pad_token_id, "static")

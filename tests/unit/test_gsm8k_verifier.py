@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import dtppo.rewards.verifiers.gsm8k as reward_module
-from dtppo.answers import extract_gsm8k_answer
+from dtppo.data.answers import extract_gsm8k_answer
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 
 GSM8K_TEST = Path(__file__).resolve().parents[1] / "data/gsm8k/test.jsonl"  # GSM8K's first 300 test rows
@@ -113,7 +113,7 @@ def test_formats(response, ground_truth, expected):
 
 
 def test_fbox_is_a_box_as_boxed_is():
-    """Both verifiers read boxes with the one scanner (``dtppo.answers.last_boxed``): ``\\fbox{}`` holds a final
+    """Both verifiers read boxes with the one scanner (``dtppo.data.answers.last_boxed``): ``\\fbox{}`` holds a final
     answer as ``\\boxed{}`` does, the last box of either kind is the one read, and ``####`` still comes first."""
     assert gsm8k_reward("So the total is \\fbox{18}.", "18") == 1.0
     assert gsm8k_reward("\\boxed{5}, no: \\fbox{18}", "18") == 1.0

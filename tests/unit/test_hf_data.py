@@ -18,7 +18,7 @@ from dtppo import config as config_lib
 from dtppo.config import ConfigError
 from dtppo.data.formats import GSM8K
 from dtppo.data.rows import DataError, RowRules, read_jsonl
-from dtppo.preflight import preflight
+from dtppo.launch.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "recipes" / "tiny-math-cpu.yaml"

@@ -1,6 +1,8 @@
-"""The package layering: ``dtppo.config`` is a leaf (standard library and PyYAML), loading a recipe imports neither
-torch nor transformers, and no two packages of dtppo import each other (module-level and function-level imports,
-read from the source)."""
+"""The layers of dtppo, as code: the root holds only the modules everything shares (``ROOT``), every other module
+lives in a folder, and a unit (a folder or a root module) imports only units on earlier rows of ``ORDER``
+(module-level and function-level imports, read from the source). docs/design.md's "Where code goes" has one
+paragraph per row. Also: ``dtppo.config`` imports only the standard library and PyYAML, and loading a recipe
+imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -70,18 +72,33 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name if name in modules else None
 
 
+# The root modules: the CLI, and what every layer shares (typed batches, masked ops, the errors, the test hooks).
+ROOT = {"cli", "types", "ops", "errors", "faults"}
+# A unit imports only units on earlier rows (a row's units never import each other).
+ORDER = [
+    {"config", "distributed", "types", "ops", "errors", "faults"},
+    {"algorithms", "data", "usercode"},
+    {"models", "envs", "observability"},
+    {"generation", "rewards", "checkpoint"},
+    {"workers", "launch"},
+    {"ppo", "sft"},
+    {"cli"},
+]
+
+
 def node_of(module: str) -> str:
-    """The layering unit of a dtppo module: its subpackage (dtppo.config.schema -> config) or, for a top-level
-    module, the module itself (dtppo.trainer -> trainer); outside packages are their own units."""
+    """The layering unit of a dtppo module: its folder (dtppo.config.schema -> config) or, for a root module, the
+    module itself (dtppo.cli -> cli); outside packages are their own units."""
     parts = module.split(".")
     return parts[1] if parts[0] == "dtppo" and len(parts) > 1 else parts[0]
 
 
 def package_graph(edges: list[Edge]) -> dict[str, dict[str, list[Edge]]]:
-    """node -> node it imports -> the imports that make that edge (dtppo nodes only, no self-edges)."""
+    """unit -> unit it imports -> the imports that make that edge (dtppo units only, no self-edges; the package
+    itself, ``dtppo/__init__.py``, holds only the version and is no unit)."""
     graph: dict[str, dict[str, list[Edge]]] = {}
     for edge in edges:
-        if not edge.imported.startswith("dtppo"):
+        if not edge.imported.startswith("dtppo.") or node_of(edge.importer) == "__main__":
             continue
         source, target = node_of(edge.importer), node_of(edge.imported)
         graph.setdefault(source, {})
@@ -90,66 +107,22 @@ def package_graph(edges: list[Edge]) -> dict[str, dict[str, list[Edge]]]:
     return graph
 
 
-def strongly_connected(graph: dict[str, dict[str, list]]) -> list[list[str]]:
-    """Tarjan's strongly connected components, each sorted, in a stable order."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    components: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for target in sorted(graph.get(node, {})):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while not component or component[-1] != node:
-                component.append(stack.pop())
-            components.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return components
+def root_modules(src: Path) -> set[str]:
+    """The modules at the package's root, besides ``__init__`` and ``__main__``."""
+    return {p.stem for p in src.glob("*.py")} - {"__init__", "__main__"}
 
 
-def reachable(graph: dict[str, dict[str, list]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for target in graph.get(todo.pop(), {}):
-            if target not in seen:
-                seen.add(target)
-                todo.append(target)
-    return seen
-
-
-def describe_cycle(graph: dict[str, dict[str, list[Edge]]], component: list[str]) -> str:
-    """The component's nodes, then a shortest cycle through its first node, each step with the imports that make
-    it."""
-    start, members = component[0], set(component)
-    parent: dict[str, str] = {}  # breadth first from start, inside the component, until start is reached again
-    frontier = [start]
-    while start not in parent:
-        reached = []
-        for node in frontier:
-            for target in sorted(set(graph[node]) & members - parent.keys()):
-                parent[target] = node
-                reached.append(target)
-        frontier = reached
-    path = [start, parent[start]]
-    while path[-1] != start:
-        path.append(parent[path[-1]])
-    path.reverse()
-    steps = []
-    for source, target in zip(path, path[1:]):
-        imports = ", ".join(f"{e.importer} line {e.line} imports {e.imported}" for e in graph[source][target])
-        steps.append(f"{source} -> {target} ({imports})")
-    return f"{', '.join(component)}: " + "; ".join(steps)
+def order_violations(graph: dict[str, dict[str, list[Edge]]], order: list[set[str]]) -> list[str]:
+    """Each unit on no row of ``order``, and each import of a unit on the same or a later row, named with the
+    imports that make it."""
+    row = {unit: i for i, units in enumerate(order) for unit in units}
+    found = [f"{unit} is on no row of ORDER" for unit in sorted(graph) if unit not in row]
+    for source in sorted(graph):
+        for target, imports in sorted(graph[source].items()):
+            if source in row and target in row and row[target] >= row[source]:
+                lines = ", ".join(f"{e.importer} line {e.line} imports {e.imported}" for e in imports)
+                found.append(f"{source} (row {row[source]}) -> {target} (row {row[target]}): {lines}")
+    return found
 
 
 def test_loading_a_recipe_imports_neither_torch_nor_transformers():
@@ -174,31 +147,31 @@ def test_config_imports_only_config_the_standard_library_and_yaml():
     assert outside == []
 
 
-def test_the_packages_are_layered():
+def test_the_root_holds_only_the_shared_modules():
+    assert root_modules(SRC) == ROOT
+
+
+def test_every_unit_imports_only_earlier_rows():
     graph = package_graph(import_edges())
-    assert reachable(graph, "config") & {"data", "models", "rewards"} == set()
-    assert reachable(graph, "algorithms") & {"workers", "trainer", "rollout"} == set()
-    # The placement rules of docs/design.md ("Where code goes").
-    assert reachable(graph, "rollout") & {"workers", "trainer", "orchestration", "rewards"} == set()
-    assert "rewards" not in reachable(graph, "data") and reachable(graph, "answers") == set()
-    assert reachable(graph, "distributed") == set()
-    assert "orchestration" not in reachable(graph, "workers")
-    # the walk sees the layers at all: a graph that lost its edges would pass the two lines above
-    assert "config" in reachable(graph, "data") and {"workers", "rollout", "algorithms"} <= reachable(graph, "trainer")
+    assert order_violations(graph, ORDER) == []
+    # the walk sees the layers at all: a graph that lost its edges would pass the line above
+    assert {"workers", "generation", "algorithms", "rewards"} <= set(graph["ppo"])
+    assert set().union(*ORDER) == set(graph) | {"config", "distributed", "types", "ops", "errors", "faults"}
 
 
-def test_no_two_packages_import_each_other():
-    graph = package_graph(import_edges())
-    cycles = [describe_cycle(graph, c) for c in strongly_connected(graph) if len(c) > 1]
-    assert cycles == [], "package cycles:\n" + "\n".join(cycles)
+def test_the_order_check_fails_on_a_planted_upward_import_and_an_unplaced_unit():
+    # negative control: data (row 1) importing workers (row 4), a row-0 unit importing its row-mate, a new unit
+    edge = Edge("dtppo.data.loader", "dtppo.workers.layout", 7)
+    graph = {"data": {"workers": [edge]}, "types": {"ops": [edge]}, "helpers": {}, "workers": {}, "ops": {}}
+    assert order_violations(graph, ORDER) == [
+        "helpers is on no row of ORDER",
+        "data (row 1) -> workers (row 4): dtppo.data.loader line 7 imports dtppo.workers.layout",
+        "types (row 0) -> ops (row 0): dtppo.data.loader line 7 imports dtppo.workers.layout",
+    ]
 
 
-def test_the_cycle_finder_finds_a_planted_cycle():
-    # negative control: a -> b -> c -> a is one component; d, which only imports a, stays apart
-    edge = Edge("x", "y", 1)
-    graph = {"a": {"b": [edge]}, "b": {"c": [edge]}, "c": {"a": [edge]}, "d": {"a": [edge]}}
-    assert sorted(strongly_connected(graph)) == [["a", "b", "c"], ["d"]]
-    assert describe_cycle(graph, ["a", "b", "c"]) == (
-        "a, b, c: a -> b (x line 1 imports y); b -> c (x line 1 imports y); c -> a (x line 1 imports y)"
-    )
-    assert sorted(strongly_connected({"a": {"b": [edge]}, "b": {}})) == [["a"], ["b"]]
+def test_a_new_root_module_is_seen(tmp_path):
+    # negative control: a root module beside the shared ones breaks the allow-list
+    for name in [*ROOT, "__init__", "__main__", "helpers"]:
+        (tmp_path / f"{name}.py").write_text("")
+    assert root_modules(tmp_path) - ROOT == {"helpers"}

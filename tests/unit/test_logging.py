@@ -2,8 +2,8 @@
 
 import pytest
 
-from dtppo.logging import explained_var_mean
-from dtppo.plot import curve
+from dtppo.observability.logger import explained_var_mean
+from dtppo.observability.plot import curve
 
 
 def test_explained_var_mean_leaves_out_steps_with_constant_returns():
@@ -40,7 +40,7 @@ def test_an_undefined_explained_var_is_left_out_of_plots():
 def test_an_undefined_explained_var_prints_as_na(tmp_path, capsys):
     from dtppo import config as config_lib
     from dtppo.cli import _results_table
-    from dtppo.logging import MetricsLogger
+    from dtppo.observability.logger import MetricsLogger
 
     logger = MetricsLogger(tmp_path, total_steps=4, tensorboard=False)
     for step, ev, var in [(1, -2722022.0, 0.0), (2, 0.25, 0.2), (3, -868614.1, 0.0), (4, -5e5, 0.0)]:

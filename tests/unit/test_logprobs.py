@@ -8,8 +8,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from dtppo.config import ModelConfig
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.models.logprobs import token_logprobs
+from dtppo.models.packing import pack_rows
 from dtppo.ops import logprobs_from_logits
-from dtppo.packing import pack_rows
 from dtppo.types import build_response_mask
 
 VOCAB = 60

@@ -12,7 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausa
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError, LoraConfig, OptimizerConfig, SchedulerConfig
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.models.lora import (
     adapters_disabled,
     add_adapters,

@@ -25,7 +25,7 @@ import sympy
 from math_verify import parser as mv_parser
 
 import dtppo.rewards.verifiers.math as math_verifier
-from dtppo.answers import TAIL_CHARS
+from dtppo.data.answers import TAIL_CHARS
 from dtppo.rewards.verifiers.math import math_reward
 from hostile_catalogue import BIG, DEEP, MB, Case
 from math_pairs import DEVIATIONS, EQUAL, NOT_EQUAL, PAIRS

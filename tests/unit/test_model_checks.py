@@ -11,7 +11,7 @@ from transformers import GPTNeoXJapaneseConfig
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
-from dtppo.preflight import preflight
+from dtppo.launch.preflight import preflight
 from hf_fixtures import NO_SYSTEM_TEMPLATE, QWEN_TEMPLATE, with_chat_template
 
 REPO = Path(__file__).resolve().parents[2]

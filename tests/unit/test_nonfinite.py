@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from dtppo import checkpoint
+from dtppo.checkpoint import store as checkpoint
 from dtppo.config import OptimizerConfig, SchedulerConfig
-from dtppo.faults import NONFINITE_ENV, CheckpointError, NonFiniteError
+from dtppo.errors import CheckpointError, NonFiniteError
+from dtppo.faults import NONFINITE_ENV
 from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine
 

@@ -5,11 +5,11 @@ import torch
 from transformers import Qwen2Config, Qwen2Model
 
 from dtppo import config as config_lib
-from dtppo.metrics import normalise
+from dtppo.models.packing import first_fit_decreasing, pack_rows
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel
+from dtppo.observability.metrics import normalise
 from dtppo.ops import shift_right
-from dtppo.packing import first_fit_decreasing, pack_rows
 from dtppo.types import Experience, build_response_mask
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker

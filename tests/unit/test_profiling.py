@@ -1,13 +1,13 @@
-"""dtppo.profiling: with DTPPO_PROFILE_DIR set, a TrainEngine.train call writes its operators ranked by self time;
-unset, nothing is written."""
+"""dtppo.observability.profiling: with DTPPO_PROFILE_DIR set, a TrainEngine.train call writes its operators
+ranked by self time; unset, nothing is written."""
 
 import json
 
 import torch
 
 from dtppo.config import OptimizerConfig, SchedulerConfig
+from dtppo.observability.profiling import PROFILE_ENV
 from dtppo.ops import masked_sum
-from dtppo.profiling import PROFILE_ENV
 from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine
 

@@ -44,9 +44,9 @@ def _stop_classes() -> dict[str, int]:
     import pkgutil
 
     import dtppo
-    from dtppo.faults import RunStopped
+    from dtppo.errors import RunStopped
 
-    skip = ("dtppo.rollout.vllm_engine", "dtppo.__main__")  # vLLM is optional; __main__ runs the CLI
+    skip = ("dtppo.generation.vllm_engine", "dtppo.__main__")  # vLLM is optional; __main__ runs the CLI
     for module in pkgutil.walk_packages(dtppo.__path__, "dtppo."):
         if module.name not in skip:
             importlib.import_module(module.name)

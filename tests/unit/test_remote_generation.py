@@ -7,12 +7,12 @@ import torch
 from dtppo import config as config_lib
 from dtppo.config import LoraConfig
 from dtppo.data.loader import PromptLoader, build_sources
+from dtppo.generation.remote import flatten_weights
 from dtppo.models.causal_lm import build_policy
 from dtppo.models.lora import add_adapters
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.weights import full_parameters, weight_names
-from dtppo.rollout.remote import flatten_weights
-from dtppo.rollouts import PromptQueue
+from dtppo.ppo.rollouts import PromptQueue
 from dtppo.types import Experience, concat_rows
 
 TINY = "recipes/tiny-math-cpu.yaml"

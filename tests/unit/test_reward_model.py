@@ -9,7 +9,7 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from dtppo.config import RewardModelConfig
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.value import ValueModel, build_backbone, reward_model_head

@@ -8,10 +8,12 @@ import torch
 from dtppo import config as config_lib
 from dtppo.algorithms.filtering import first_response_token, groups_with_reward_spread, groups_with_value_error
 from dtppo.algorithms.shaping import overlong_penalty
-from dtppo.dynamic_sampling import GroupFilter, build_group_filter
+from dtppo.errors import RunStopped
+from dtppo.ppo.critic_warmup import CriticWarmup
+from dtppo.ppo.dynamic_sampling import GroupFilter, build_group_filter
+from dtppo.ppo.rollouts import Rollout
 from dtppo.rewards.rewarder import RewardBreakdown, concat_breakdowns
 from dtppo.types import Experience
-from dtppo.warmup import CriticWarmup
 
 
 def test_overlong_penalty_is_zero_before_the_buffer_and_falls_linearly_to_minus_factor():
@@ -64,22 +66,62 @@ def _batch(rewards, values0):
 
 def test_group_filter_applies_the_configured_criterion_to_a_batch():
     batch = _batch([1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.45, 0.45])
-    spread = GroupFilter("reward_std", 2, 0.1, 1.0)
+    spread = GroupFilter("reward_std", 2, 0.1, 1.0, 1, 1)
     assert spread.keep(batch).tolist() == [False, True]
     assert spread.rows(torch.tensor([False, True])) == [2, 3]
-    value = GroupFilter("value_error", 1, 0.1, 1.0)
+    value = GroupFilter("value_error", 1, 0.1, 1.0, 1, 1)
     assert value.keep(batch).tolist() == [False, False, True, True]
     # γ < 1 discounts the return to the first token: 1.0·0.5 at the first of two tokens
-    assert GroupFilter("value_error", 1, 0.1, 0.5).keep(batch).tolist() == [True, True, True, False]
+    assert GroupFilter("value_error", 1, 0.1, 0.5, 1, 1).keep(batch).tolist() == [True, True, True, False]
 
 
 def test_build_group_filter_is_none_unless_enabled():
     cfg = config_lib.from_dict({})
     assert build_group_filter(cfg) is None
     cfg = config_lib.from_dict(
-        {"ppo": {"num_generations_per_prompt": 4, "dynamic_sampling": {"enabled": True, "max_gen_batches": 3}}}
+        {
+            "ppo": {
+                "num_prompts_per_step": 8,
+                "num_generations_per_prompt": 4,
+                "dynamic_sampling": {"enabled": True, "max_gen_batches": 3},
+            }
+        }
     )
-    assert build_group_filter(cfg) == GroupFilter("reward_std", 4, 0.1, 1.0)
+    assert build_group_filter(cfg) == GroupFilter("reward_std", 4, 0.1, 1.0, 8, 3)
+
+
+def _scored(rewards: list[float], tag: int) -> tuple[Rollout, RewardBreakdown]:
+    """A scored batch of groups of 2 whose problems are named (tag, row) and whose reward parts are the rewards."""
+    batch = _batch(rewards, [0.0] * len(rewards))
+    scores = RewardBreakdown(torch.tensor(rewards), {"acc": list(rewards)}, torch.zeros(len(rewards), dtype=bool), {})
+    return Rollout([(tag, i) for i in range(len(rewards))], batch, 0, {}), scores
+
+
+def test_the_refill_loop_keeps_the_first_passing_groups_batch_after_batch():
+    # 2 groups needed; batch 0 has one with spread (rows 2, 3), batch 1 has two (rows 0-1, 2-3): its second is surplus
+    batches = [_scored([1.0, 1.0, 0.0, 1.0], 0), _scored([0.0, 1.0, 1.0, 0.0], 1), _scored([0.0, 1.0] * 2, 2)]
+    asked = []
+
+    def more(extra):
+        asked.append(extra)
+        return batches[extra]
+
+    kept = GroupFilter("reward_std", 2, 0.1, 1.0, 2, 5).fill(*batches[0], more, pad_id=0)
+    assert asked == [1]  # no third batch once enough groups passed
+    assert kept.rollout.problems == [(0, 2), (0, 3), (1, 0), (1, 1)]
+    assert kept.rollout.experience.rewards.tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert kept.reward_means == {"acc": 0.5}
+    assert kept.selection == {
+        "train/dynamic_sampling/gen_batches": 2.0,
+        "train/dynamic_sampling/kept_groups": 3.0,  # passed the criterion, the surplus included
+        "train/dynamic_sampling/filtered_groups": 1.0,
+    }
+
+
+def test_the_refill_loop_stops_the_run_past_max_gen_batches():
+    flat = _scored([1.0, 1.0, 0.0, 0.0], 0)
+    with pytest.raises(RunStopped, match="only 0 of the 2 prompt groups .* in 3 generated batches"):
+        GroupFilter("reward_std", 2, 0.1, 1.0, 2, 3).fill(*flat, lambda extra: flat, pad_id=0)
 
 
 def test_reward_breakdowns_concatenate_and_select_rows():

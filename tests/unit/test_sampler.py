@@ -1,11 +1,12 @@
 import torch
 
 from dtppo.config import ModelConfig
+from dtppo.generation.generator import TorchGenerator
+from dtppo.generation.sampler import choose_tokens, counter_uniform
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.ops import logprobs_from_logits
-from dtppo.rollout.generator import TorchGenerator
-from dtppo.rollout.sampler import SamplingParams, choose_tokens, counter_uniform
+from dtppo.types import SampleRequest, SamplingParams
 
 TOK = build_char_tokenizer()
 
@@ -22,7 +23,7 @@ def _prompts(n):
 def test_generation_logprobs_match_a_full_forward():
     model = _model()
     exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
-        _prompts(8), SamplingParams(20), 7, torch.arange(8)
+        SampleRequest(_prompts(8), SamplingParams(20), 7, torch.arange(8))
     )
     with torch.no_grad():
         lp = logprobs_from_logits(
@@ -38,7 +39,7 @@ def test_generation_logprobs_are_of_the_tempered_distribution():
     untempered log-probs (what a sampler that ignored T would report) are far off."""
     model, mask_error = _model(), lambda a, b, m: float((torch.exp((a - b).abs()) * m).sum() / m.sum())
     exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
-        _prompts(8), SamplingParams(20, temperature=0.7), 7, torch.arange(8)
+        SampleRequest(_prompts(8), SamplingParams(20, temperature=0.7), 7, torch.arange(8))
     )
     with torch.no_grad():
         logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
@@ -51,7 +52,7 @@ def test_rows_are_right_padded_prompt_then_response():
     model = _model()
     prompts = _prompts(5)
     exp = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
-        prompts, SamplingParams(12), 1, torch.arange(5)
+        SampleRequest(prompts, SamplingParams(12), 1, torch.arange(5))
     )
     for b, p in enumerate(prompts):
         assert exp.input_ids[b, : len(p)].tolist() == p
@@ -67,16 +68,19 @@ def test_samples_depend_only_on_key_and_sample_id():
     model = _model()
     prompts = _prompts(6)
     full = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
-        prompts, SamplingParams(16), 42, torch.arange(6)
+        SampleRequest(prompts, SamplingParams(16), 42, torch.arange(6))
     )
-    part = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
-        prompts[3:], SamplingParams(16), 42, torch.arange(3, 6)
-    )
-    for i in range(3):
+    request = SampleRequest(prompts, SamplingParams(16), 42, torch.arange(6), rows=[{"row": i} for i in range(6)])
+    part_request = request.take([5, 3, 4])  # a rank's share, in any order
+    assert part_request.prompts == [prompts[5], prompts[3], prompts[4]] and len(part_request) == 3
+    assert part_request.sample_ids.tolist() == [5, 3, 4] and part_request.rows == [{"row": 5}, {"row": 3}, {"row": 4}]
+    assert request.take(slice(3, 6)).sample_ids.tolist() == [3, 4, 5]
+    part = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(part_request)
+    for i, row in enumerate([5, 3, 4]):
         n = int(part.attention_mask[i].sum())
-        assert torch.equal(part.input_ids[i, :n], full.input_ids[3 + i, :n])
+        assert torch.equal(part.input_ids[i, :n], full.input_ids[row, :n])
     other = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).sample(
-        prompts, SamplingParams(16), 43, torch.arange(6)
+        SampleRequest(prompts, SamplingParams(16), 43, torch.arange(6))
     )
     assert not torch.equal(other.input_ids, full.input_ids)
 
@@ -105,15 +109,15 @@ def test_static_decoder_matches_the_hf_forward_path():
     fast = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id, "static")
     slow = TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id, "hf")
     assert TorchGenerator(model, (TOK.eos_token_id,), TOK.pad_token_id).decoder == "static"  # auto, on Qwen2
-    fast_rows = fast.sample(prompts, SamplingParams(20), 5, torch.arange(6))
-    slow_rows = slow.sample(prompts, SamplingParams(20), 5, torch.arange(6))
+    fast_rows = fast.sample(SampleRequest(prompts, SamplingParams(20), 5, torch.arange(6)))
+    slow_rows = slow.sample(SampleRequest(prompts, SamplingParams(20), 5, torch.arange(6)))
     assert torch.equal(fast_rows.input_ids, slow_rows.input_ids)
     assert torch.equal(fast_rows.response_mask, slow_rows.response_mask)
     assert (fast_rows.gen_logprobs - slow_rows.gen_logprobs).abs().max() < 1e-5
 
 
 def test_noise_drawn_in_chunks_equals_noise_drawn_per_step():
-    from dtppo.rollout.sampler import counter_uniform_steps
+    from dtppo.generation.sampler import counter_uniform_steps
 
     ids = torch.tensor([3, 17, 4])
     chunk = counter_uniform_steps(9, ids, 5, 4, 30)
@@ -130,7 +134,7 @@ def test_a_second_stop_token_from_the_generation_config_ends_rows(tmp_path):
 
     model = _model()
     prompts, eos, pad = _prompts(8), TOK.eos_token_id, TOK.pad_token_id
-    plain = TorchGenerator(model, (eos,), pad).sample(prompts, SamplingParams(24), 3, torch.arange(8))
+    plain = TorchGenerator(model, (eos,), pad).sample(SampleRequest(prompts, SamplingParams(24), 3, torch.arange(8)))
     responses = [row[m.bool()].tolist() for row, m in zip(plain.input_ids, plain.response_mask)]
     second = max(set(sum(responses, [])) - {eos}, key=lambda tok: sum(tok in r[:-1] for r in responses))
     model.generation_config = GenerationConfig(eos_token_id=[eos, second], pad_token_id=pad)
@@ -138,7 +142,7 @@ def test_a_second_stop_token_from_the_generation_config_ends_rows(tmp_path):
     reloaded = build_causal_lm(str(tmp_path), ModelConfig().tiny, len(TOK), pad, eos, seed=0).eval()
     stops = stop_token_ids(reloaded, TOK)
     assert stops == (eos, second)
-    both = TorchGenerator(reloaded, stops, pad).sample(prompts, SamplingParams(24), 3, torch.arange(8))
+    both = TorchGenerator(reloaded, stops, pad).sample(SampleRequest(prompts, SamplingParams(24), 3, torch.arange(8)))
     ended_early = 0
     for b, (p, before) in enumerate(zip(prompts, responses)):
         after = both.input_ids[b, len(p) : len(p) + int(both.response_mask[b].sum())].tolist()
@@ -153,7 +157,7 @@ def test_inverse_cdf_against_a_float64_cumulative_sum(monkeypatch):
     """Both levels of the search (blocks, then entries; small blocks so a row spans many, the last one partial):
     the token is the float64 reference's, searchsorted(cumsum(softmax), u), except where u lies within float32
     round-off of a boundary; excluded (-inf) tokens are never drawn, not even at u next to 0 or 1."""
-    from dtppo.rollout import sampler
+    from dtppo.generation import sampler
 
     monkeypatch.setattr(sampler, "_CDF_BLOCK", 16)
     gen = torch.Generator().manual_seed(0)
@@ -174,7 +178,7 @@ def test_inverse_cdf_against_a_float64_cumulative_sum(monkeypatch):
 
 def test_inverse_cdf_hand_case():
     """p = (0.25, 0, 0.25, 0.5): the intervals are [0, .25) -> 0, [.25, .5) -> 2, [.5, 1) -> 3; token 1 never."""
-    from dtppo.rollout.sampler import inverse_cdf
+    from dtppo.generation.sampler import inverse_cdf
 
     logits = torch.log(torch.tensor([[0.25, 0.0, 0.25, 0.5]])).expand(6, 4)
     u = torch.tensor([0.1, 0.2499, 0.25, 0.4999, 0.5, 0.9999], dtype=torch.float64)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from dtppo import config as config_lib
-from dtppo.faults import BelowFloorError, InputError
-from dtppo.sft import RESULTS_FILE, Plateau, check_floor, saved_results
+from dtppo.errors import BelowFloorError, InputError
+from dtppo.sft.trainer import RESULTS_FILE, Plateau, check_floor, saved_results
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 DEMO = RECIPES / "tiny-math-critic-cpu.yaml"

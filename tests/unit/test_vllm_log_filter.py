@@ -2,7 +2,7 @@
 
 import logging
 
-from dtppo.rollout.vllm_engine import HarmlessVLLMWarnings
+from dtppo.generation.vllm_engine import HarmlessVLLMWarnings
 
 
 def record(msg: str, *args) -> logging.LogRecord:

@@ -13,7 +13,7 @@ from dtppo.algorithms.advantages import (
     compute_vtrace,
     token_level_rewards,
 )
-from dtppo.estimators import GAEEstimator
+from dtppo.ppo.advantage_estimator import GAEEstimator
 from dtppo.types import Experience
 
 

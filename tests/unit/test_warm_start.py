@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
+from dtppo.checkpoint.warm_start import load_warm_start
 from dtppo.config import TinyModelConfig
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
-from dtppo.warm_start import load_warm_start
 
 TINY = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
 

@@ -4,7 +4,7 @@ Each returns ``(loss, stats)``: the per-token losses summed with the aggregation
 (:func:`~dtppo.algorithms.aggregation.loss_token_weights`, computed over the whole minibatch), so a microbatch's loss
 is its share of the minibatch's and the shares add up to it whatever the microbatching; a plain sum over ``mask``
 without weights. Stats are detached tensors named ``*_sum`` (add across microbatches, then divide by the token count),
-``*_min`` or ``*_max`` (reduce with min / max); see :func:`dtppo.metrics.reduce_stats`.
+``*_min`` or ``*_max`` (reduce with min / max); see :func:`dtppo.observability.metrics.reduce_stats`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Configuration: the typed, frozen tree whose sections check their own fields (``schema``; the sections in
 ``training``, ``inputs`` and ``run``), recipes to Config
 (``loading``), the rules spanning sections (``checks``). Standard library and PyYAML only: what a recipe names
-outside itself (files, models, packages, code) is checked by ``dtppo.preflight``."""
+outside itself (files, models, packages, code) is checked by ``dtppo.launch.preflight``."""
 
 from dtppo.config.checks import batch_clamp_notes, check_sft
 from dtppo.config.inputs import (

@@ -222,7 +222,7 @@ def _check_env(cfg: Config) -> None:
 
 def _check_vllm(cfg: Config) -> None:
     """What the vLLM backend supports: one whole-model engine per policy rank, built on every rank (its sampling
-    rules are ``GenerationConfig``'s, its installation ``dtppo.preflight``'s). On generation ranks the engines
+    rules are ``GenerationConfig``'s, its installation ``dtppo.launch.preflight``'s). On generation ranks the engines
     live there, one per generation rank, and the training ranks' layout does not concern them."""
     if cfg.cluster.generation_ranks > 0:
         return
@@ -242,7 +242,7 @@ def _check_vllm(cfg: Config) -> None:
 
 
 def _check_tiny_tensor_parallel(cfg: Config) -> None:
-    """Tensor parallelism must split a tiny model's whole heads (a model directory's: ``dtppo.model_checks``)."""
+    """Tensor parallelism must split a tiny model's whole heads (a model directory's: ``dtppo.launch.model_checks``)."""
     for section in ("policy", "value"):
         built = _tiny_architecture(cfg, section)
         tp = getattr(cfg, section).parallel.tp

@@ -4,7 +4,7 @@ A recipe may name one parent with ``defaults: other.yaml`` (resolved relative to
 merged over the parent's. Command-line overrides are parsed as YAML scalars and merged last. The merged mapping is
 then converted into the dataclass tree: unknown keys, wrong types and each section's own rules fail with the full
 dotted key path, and the rules spanning sections (``checks``) are checked once here so no later code re-validates.
-This validates the recipe by itself: the files, models, packages and code it names are ``dtppo.preflight``'s.
+This validates the recipe by itself: the files, models, packages and code it names are ``dtppo.launch.preflight``'s.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dtppo.answers import extract_gsm8k_answer, last_boxed
 from dtppo.config import DataConfig
+from dtppo.data.answers import extract_gsm8k_answer, last_boxed
 from dtppo.data.rows import RowFormat
 
 # The reference answers the GSM8K verifier compares exactly (after "1,000" -> "1000"): GSM8K's are integers.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dtppo.data.problem import Messages, Problem, Prompt
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from dtppo.config import EnvConfig
 from dtppo.config.reward_spec import parse_spec
 from dtppo.envs.interface import EnvironmentFailure, Observation, load_environment, run_job
 from dtppo.envs.worker import serve
-from dtppo.process_pool import JobFailure, ProcessPool
+from dtppo.usercode.pool import JobFailure, ProcessPool
 
 STARTUP_S = 120.0  # longest wait for fresh environment processes to start (not counted in timeout_s)
 MAX_CHUNK = 64  # episodes per job: bounds what one late job holds up

@@ -24,8 +24,8 @@ from typing import Any
 
 from dtppo.config.reward_spec import parse_spec
 from dtppo.data.problem import Problem
-from dtppo.faults import InputError
-from dtppo.user_code import load_callable
+from dtppo.errors import InputError
+from dtppo.usercode.loading import load_callable
 
 Observation = str | list[dict[str, str]] | None
 _PREVIEW = 60  # characters of a sample's text quoted in an error

@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerBase
 from dtppo.data.problem import Problem
 from dtppo.envs.client import EnvClient
 from dtppo.envs.interface import episode_row
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.types import Segment
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from dtppo.envs.interface import EnvironmentFailure, load_environment, run_job
-from dtppo.sandbox import confine, exit_if_forked
+from dtppo.usercode.sandbox import confine, exit_if_forked
 
 OUTPUT_CAP = "environment output (env.max_print_bytes)"  # names the cap in its notice
 

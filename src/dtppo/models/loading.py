@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from torch import nn
 
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 
 
 @contextmanager

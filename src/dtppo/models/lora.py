@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from dtppo.config import LoraConfig
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 
 ADAPTER = "default"  # PEFT's name for a model's one adapter
 ADAPTER_PARAMS = (f".lora_A.{ADAPTER}.weight", f".lora_B.{ADAPTER}.weight")  # how an adapter's tensors' names end

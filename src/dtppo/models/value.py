@@ -11,9 +11,9 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, PreTrainedModel
 
 from dtppo.algorithms.advantages import right_shift_values
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.models.loading import loading_from
-from dtppo.packing import pack_rows
+from dtppo.models.packing import pack_rows
 
 
 class ValueModel(nn.Module):
@@ -24,7 +24,7 @@ class ValueModel(nn.Module):
     process gets the same fresh head regardless of what consumed the global RNG before.
     shift: True gives V(s_t), the state before token t; False exists only for the value-alignment experiment.
     sequence_packing: :meth:`values` packs the batch's sequences into fewer rows (no pad tokens computed)
-    and shifts within each sequence; the results equal the padded path's (dtppo.packing).
+    and shifts within each sequence; the results equal the padded path's (dtppo.models.packing).
     head: (weight [1, H], bias [1] or None) to start from instead of a fresh head, e.g. a reward model's
     score head (:func:`reward_model_head`); a missing bias starts at 0. ``seed`` and ``init_std`` are then unused.
     """

@@ -18,7 +18,7 @@ import collections
 import logging
 from dataclasses import dataclass
 
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 
 log = logging.getLogger(__name__)
 

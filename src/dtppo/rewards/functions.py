@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dtppo.config.reward_spec import parse_spec
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.verifiers.math import math_reward
-from dtppo.user_code import load_callable
+from dtppo.usercode.loading import load_callable
 
 RewardFunction = Callable[..., Sequence[Any]]
 Scores = list[float | None]

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import RewardModelConfig
-from dtppo.faults import InputError
+from dtppo.errors import InputError
 from dtppo.models.loading import loading_from
 from dtppo.models.tokenizer import load_tokenizer
 

@@ -8,7 +8,7 @@ import os
 
 from dtppo.rewards.functions import load_functions, score_job
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
-from dtppo.sandbox import confine, exit_if_forked
+from dtppo.usercode.sandbox import confine, exit_if_forked
 
 OUTPUT_CAP = "reward function output (reward.max_print_bytes)"  # names the cap in its notice
 

@@ -24,10 +24,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dtppo.answers import tail
 from dtppo.config import RewardConfig
 from dtppo.config.reward_spec import parse_spec
-from dtppo.process_pool import JobFailure, ProcessPool
+from dtppo.data.answers import tail
 from dtppo.rewards.failures import ChunkFailure
 from dtppo.rewards.functions import (
     RewardFunctionError,
@@ -38,7 +37,8 @@ from dtppo.rewards.functions import (
     score_job,
 )
 from dtppo.rewards.pool_worker import OUTPUT_CAP, serve
-from dtppo.sandbox import confine, exit_if_forked
+from dtppo.usercode.pool import JobFailure, ProcessPool
+from dtppo.usercode.sandbox import confine, exit_if_forked
 
 MAX_CHUNK = 256  # samples per task: bounds a worker's memory and the share of a batch one failed task loses
 STARTUP_S = 120.0  # longest wait for fresh scoring processes to start (not counted in timeout_s)

@@ -20,10 +20,11 @@ from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.distributed.comm import all_reduce, rank
 from dtppo.distributed.grad_norm import clip_grad_norm_
 from dtppo.distributed.parallelize import microbatch_accumulation
-from dtppo.faults import NonFiniteError, nonfinite_injected
-from dtppo.metrics import normalise, reduce_across_ranks, reduce_stats
+from dtppo.errors import NonFiniteError
+from dtppo.faults import nonfinite_injected
 from dtppo.models.ties import tied_names, untied
-from dtppo.profiling import profiled
+from dtppo.observability.metrics import normalise, reduce_across_ranks, reduce_stats
+from dtppo.observability.profiling import profiled
 from dtppo.types import Experience, balanced_rows
 
 # A microbatch's share of its minibatch's loss (its per-token losses summed with ``micro.loss_weights``) and stats.
@@ -130,7 +131,7 @@ class TrainEngine:
         Returns tensors: ``loss`` (each minibatch's aggregated loss) and ``grad_norm``, means over optimizer steps,
         ``lr``, and the loss function's statistics reduced over all microbatches (sums normalised by all valid
         tokens, whatever the aggregation).
-        Profiled when ``DTPPO_PROFILE_DIR`` is set (``dtppo.profiling``).
+        Profiled when ``DTPPO_PROFILE_DIR`` is set (``dtppo.observability.profiling``).
         """
         self.train_calls += 1
         with profiled(self.name, self.train_calls, rank()):

@@ -11,16 +11,15 @@ from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
 from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import gen_logprob_error
+from dtppo.generation.episodes import with_episodes
+from dtppo.generation.generator import Generator, build_generator
 from dtppo.models.causal_lm import build_policy, stop_token_ids
 from dtppo.models.logprobs import token_logprobs
 from dtppo.models.lora import adapters_disabled, add_adapters, merged_model
 from dtppo.models.lora import describe as describe_lora
+from dtppo.models.packing import pack_rows
 from dtppo.models.weights import full_parameters
-from dtppo.packing import pack_rows
-from dtppo.rollout.episodes import with_episodes
-from dtppo.rollout.generator import Generator, build_generator
-from dtppo.rollout.sampler import SamplingParams
-from dtppo.types import Experience
+from dtppo.types import Experience, SampleRequest
 from dtppo.workers.base import Worker
 from dtppo.workers.layout import RankLayout
 
@@ -94,18 +93,9 @@ class PolicyWorker(Worker):
     def close(self) -> None:
         self.generator.close()
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        key: int,
-        sample_ids: torch.Tensor,
-        rows: list[dict] | None = None,
-    ) -> Experience:
-        """Each dp rank samples its block of the prompts (``rows``: their columns, for an environment); every rank
-        returns the whole batch."""
-        block = self.layout.my_rows(len(prompts))
-        part = self.generator.sample(prompts[block], params, key, sample_ids[block], rows[block] if rows else None)
+    def generate(self, request: SampleRequest) -> Experience:
+        """Each dp rank samples its block of the request's prompts; every rank returns the whole batch."""
+        part = self.generator.sample(request.take(self.layout.my_rows(len(request))))
         experience = self.layout.gather_experience(part, self.tokenizer.pad_token_id)
         error = gen_logprob_error(experience.batch_size)
         if error is not None:  # test hook (dtppo.faults): a generator whose log-probs are off on purpose

@@ -18,9 +18,8 @@ import torch
 
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import broadcast_object
-from dtppo.evaluation import Responses, sample_responses
-from dtppo.rollout.sampler import SamplingParams
-from dtppo.types import Experience
+from dtppo.generation.responses import Responses, sample_responses
+from dtppo.types import Experience, SampleRequest
 from dtppo.workers.base import Worker
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
@@ -90,16 +89,9 @@ class PolicyRole(Role[PolicyWorker]):
         (``prepare_for_generation`` / ``finish_generation``)."""
         return self._phase(lambda p: p.prepare_for_generation(), lambda p: p.finish_generation())
 
-    def generate(
-        self,
-        prompts: list[list[int]],
-        params: SamplingParams,
-        key: int,
-        sample_ids: torch.Tensor,
-        rows: list[dict] | None = None,
-    ) -> Experience:
-        """Rollouts of ``prompts`` (sampled by the policy's dp ranks), the whole batch on every rank."""
-        return self._everywhere(lambda p: p.generate(prompts, params, key, sample_ids, rows))
+    def generate(self, request: SampleRequest) -> Experience:
+        """Rollouts of the request's prompts (sampled by the policy's dp ranks), the whole batch on every rank."""
+        return self._everywhere(lambda p: p.generate(request))
 
     def get_logprobs(self, experience: Experience) -> torch.Tensor:
         """log π(x_t | x_<t) of the current policy, [B, T] on every rank."""

@@ -6,6 +6,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import value_loss
+from dtppo.checkpoint.warm_start import load_warm_start
 from dtppo.config import Config
 from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import value_grad_scale
@@ -15,7 +16,6 @@ from dtppo.models.lora import add_adapters
 from dtppo.models.lora import describe as describe_lora
 from dtppo.models.value import ValueModel, build_backbone, reward_model_head
 from dtppo.types import Experience
-from dtppo.warm_start import load_warm_start
 from dtppo.workers.base import Worker
 from dtppo.workers.layout import RankLayout
 

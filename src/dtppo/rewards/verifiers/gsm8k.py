@@ -4,7 +4,7 @@ The reward runs inside rollout workers (main thread, worker threads, Ray tasks, 
 is bounded by construction rather than by timeouts: only the last ``answers.TAIL_CHARS`` are read,
 every regex is linear on that tail, plain numbers are compared exactly with ``Fraction`` (no sympy),
 and math-verify only ever sees a short whitelisted LaTeX string (no ``^``, shallow braces). Look-alike
-characters are folded as ``dtppo.answers.normalise`` describes.
+characters are folded as ``dtppo.data.answers.normalise`` describes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
 
-from dtppo.answers import after_hashes, last_boxed, normalise, tail, verify_boxed
+from dtppo.data.answers import after_hashes, last_boxed, normalise, tail, verify_boxed
 
 _MAX_DIGITS = 40  # no GSM8K answer is longer; the cap keeps Fraction trivial
 _MAX_BOXED = 256  # longest box body scanned for its closing brace: a GSM8K answer is a short number

@@ -4,7 +4,7 @@ The final answer is the body of the response's last ``\\boxed{...}`` (or ``\\fbo
 after its last ``####`` up to the end of that line. Equality is math-verify's: ``\\frac{1}{2}`` = ``0.5``,
 ``2\\sqrt{2}`` = ``\\sqrt{8}``, ``(x+1)^2`` = ``x^2+2x+1``; ``[0,1)`` != ``[0,1]``.
 
-Like the GSM8K reward (with which it shares ``dtppo.answers``: the tail, folding, box scan and math-verify call)
+Like the GSM8K reward (with which it shares ``dtppo.data.answers``: the tail, folding, box scan and math-verify call)
 it runs in the trainer's main thread, worker threads (no SIGALRM timeout there), Ray actors and subprocesses, so
 time and memory are bounded by construction: only the last ``TAIL_CHARS`` characters of either side are read,
 the box scan is bounded, regexes are linear, and math-verify (sympy) only sees pairs of answers inside
@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 from math_verify.parser import LatexExtractionConfig
 
-from dtppo.answers import BOX_OPENERS, after_hashes, last_boxed, normalise, tail, verify_boxed
+from dtppo.data.answers import BOX_OPENERS, after_hashes, last_boxed, normalise, tail, verify_boxed
 
 _MAX_ANSWER, _MAX_DIGITS, _MAX_FACTORIALS = 160, 30, 3  # characters; per digit run; n! per answer
 _MAX_DEPTH = 5  # \left(\frac{\sqrt{3}}{2}, ...\right) is 3

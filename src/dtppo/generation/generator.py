@@ -1,0 +1,179 @@
+"""The generation seam: one ``Generator`` protocol, one class per engine, built once from ``policy.generation``.
+
+A generator holds its own whole (unsharded) copy of the policy, or samples the training model itself when that
+is unsharded, and is refitted with the trainer's weights after every policy update. Everything that decides how
+tokens are produced lives behind it: the engine (dtppo's torch sampler or vLLM), the torch decoder
+(``policy.generation.decoder``) and its compiled decode steps (``policy.generation.decode_graph``). The policy
+worker, the trainer and validation see only the protocol's methods and the weight version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from dtppo.config import GenerationConfig
+from dtppo.generation.decoder import HFCacheDecoder, StaticKVDecoder, static_decoder_supported
+from dtppo.generation.sampler import left_padded, sample_tokens
+from dtppo.models.weights import full_parameters, load_weights
+from dtppo.types import Experience, SampleRequest
+
+# The compiled decode step attends over the whole cache; rounding its length up to this lets nearby prompt
+# widths share one graph.
+_GRAPH_CACHE_ROUNDING = 64
+
+
+class Generator(Protocol):
+    """What samples rollouts and validation answers from the policy.
+
+    ``version`` is the policy version of the weights the generator holds: 0 for the initial weights, then the
+    number the trainer gave the last ``refit`` (the step whose update produced them).
+    """
+
+    version: int
+
+    def describe(self) -> str:
+        """One line for the run's start: the engine and how it decodes."""
+
+    def prepare(self) -> None:
+        """Before sampling: wake an engine that sleeps, put the model in eval mode."""
+
+    def finish(self) -> None:
+        """After sampling: free what sampling alone needs (a sleeping engine's KV cache), where the engine can."""
+
+    def sample(self, request: SampleRequest) -> Experience:
+        """A response to each of the request's prompts: right-padded ``[prompt | response | pad]`` rows on the CPU
+        with ``gen_logprobs`` and ``truncated``, in the request's order."""
+
+    def refit(self, trained: nn.Module, version: int) -> None:
+        """Take the weights of ``trained`` (the policy as it trains, sharded or not); collective over the policy's
+        ranks when it is sharded. ``version``: the policy version those weights are."""
+
+    def close(self) -> None:
+        """End of the run: release the engine's resources."""
+
+
+def resolve_decoder(
+    model: PreTrainedModel, decoder: Literal["auto", "hf", "static"], compile: bool = False
+) -> Literal["hf", "static"]:
+    """The torch decoder ``policy.generation.decoder`` selects for ``model``: ``auto`` is ``static`` where the
+    hand-written static-KV decoder implements the architecture (``static_decoder_supported``), else ``hf``.
+    ``compile`` (``policy.generation.decode_graph``) needs the static decoder. Raises ValueError naming the key."""
+    supported = static_decoder_supported(model)
+    if decoder == "static" and not supported:
+        raise ValueError(
+            f"policy.generation.decoder: static (dtppo's static-KV decoder) implements plain "
+            f"Qwen2/Llama decoders only, not this {model.config.model_type} model (use auto or hf)"
+        )
+    chosen = ("static" if supported else "hf") if decoder == "auto" else decoder
+    if compile and chosen != "static":
+        raise ValueError(
+            f"policy.generation.decode_graph: compiled decode steps need the static decoder; "
+            f"this {model.config.model_type} model decodes through the HF forward"
+        )
+    return chosen
+
+
+class TorchGenerator:
+    """dtppo's KV-cache sampler (``rollout.sampler``) on a whole model, with the decoder chosen once.
+
+    ``compile``: decode steps run as one compiled graph each (``policy.generation.decode_graph``; static decoder
+    only). The compiled decoders, one per (batch, cache length), are kept here across rollouts and refreshed in
+    place with the current weights: a CUDA graph reads fixed addresses, and a new address re-records it (torch
+    stops recording a function after 128 unexpected re-records and falls back to eager).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        stop_ids: Sequence[int],
+        pad_id: int,
+        decoder: Literal["auto", "hf", "static"] = "auto",
+        compile: bool = False,
+    ):
+        self.model, self.stop_ids, self.pad_id, self.compile = model, tuple(stop_ids), pad_id, compile
+        self.decoder = resolve_decoder(model, decoder, compile)
+        self.graph_decoders: dict[tuple[int, int], StaticKVDecoder] = {}
+        self.version = 0
+
+    def describe(self) -> str:
+        graph = ", each decode step one compiled graph" if self.compile else ""
+        return f"torch backend, {self.decoder} decoder ({self.model.config.model_type} model){graph}"
+
+    def prepare(self) -> None:
+        self.model.eval()
+
+    def finish(self) -> None:
+        """Nothing: the model stays resident (it is the training model, or a replica of it)."""
+
+    @torch.no_grad()
+    def sample(self, request: SampleRequest) -> Experience:
+        device = next(self.model.parameters()).device
+        ids, attn, prompt_lengths = left_padded(request.prompts, self.pad_id, device)
+        decoder = self._decoder(ids.shape[0], ids.shape[1] + request.params.max_new_tokens)
+        return sample_tokens(
+            decoder,
+            ids,
+            attn,
+            prompt_lengths,
+            request.params,
+            self.stop_ids,
+            self.pad_id,
+            request.key,
+            request.sample_ids,
+        ).to("cpu")
+
+    def _decoder(self, batch: int, length: int) -> StaticKVDecoder | HFCacheDecoder:
+        """A decoder for one rollout of ``batch`` rows and ``length`` tokens (prompt width + new tokens)."""
+        if self.decoder == "hf":
+            return HFCacheDecoder(self.model)
+        if not self.compile:
+            return StaticKVDecoder(self.model, batch, length)
+        max_len = -(-length // _GRAPH_CACHE_ROUNDING) * _GRAPH_CACHE_ROUNDING
+        decoder = self.graph_decoders.get((batch, max_len))
+        if decoder is None:
+            decoder = self.graph_decoders[(batch, max_len)] = StaticKVDecoder(self.model, batch, max_len, compile=True)
+        else:
+            decoder.refresh()
+        return decoder
+
+    def refit(self, trained: nn.Module, version: int) -> None:
+        """The trained model's whole weights (adapters merged, ``models.weights``) into the replica (collective when
+        sharded); nothing to copy when the generator samples the training model itself."""
+        if trained is not self.model:
+            load_weights(self.model, full_parameters(trained, next(self.model.parameters()).device))
+        self.version = version
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def build_generator(
+    gen: GenerationConfig,
+    model: PreTrainedModel,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    *,
+    max_prompt_tokens: int,
+    seed: int,
+    device: torch.device,
+    replica: Callable[[nn.Module], nn.Module] | None,
+) -> Generator:
+    """The generator ``policy.generation`` selects, from the policy's whole, not yet wrapped ``model``.
+
+    replica: makes the torch generator's own copy (a sharded policy: ranks then decode independently, with no
+    collective per token, and may stop at different lengths); None: the torch generator samples ``model``
+    itself, the training model. vLLM always loads its own copy. device: where the policy trains.
+    """
+    if gen.backend == "vllm":
+        from dtppo.generation.vllm_engine import VLLMEngine  # imports vLLM's settings into the environment
+
+        max_len = min(max_prompt_tokens + gen.max_new_tokens, model.config.max_position_embeddings)
+        return VLLMEngine(model, stop_ids, pad_id, max_len, gen.vllm_kv_cache_mib, seed, device)
+    return TorchGenerator(
+        replica(model) if replica is not None else model, stop_ids, pad_id, gen.decoder, compile=gen.decode_graph
+    )

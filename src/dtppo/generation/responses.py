@@ -1,0 +1,57 @@
+"""The text of generated responses: what the reward functions score in training, and validation's answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from dtppo.config import Config
+from dtppo.data.loader import encode_prompts
+from dtppo.data.problem import Problem
+from dtppo.envs.interface import episode_row
+from dtppo.generation.sampler import stream_key
+from dtppo.types import Experience, SampleRequest, SamplingParams
+
+
+@dataclass(frozen=True)
+class Responses:
+    """The generated text of each validation problem and its length in tokens."""
+
+    texts: list[str]
+    lengths: list[int]
+
+
+def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience) -> list[str]:
+    """The generated text of each row (response tokens only, special tokens dropped): in a multi-turn episode, its
+    last assistant turn's (the final answer, what the reward functions score)."""
+    mask = experience.response_mask.bool()
+    if experience.turn_ids is not None:
+        mask &= experience.turn_ids == experience.turn_ids.max(-1, keepdim=True).values
+    return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(experience.input_ids, mask)]
+
+
+class Sampler(Protocol):
+    """What validation needs of a generator: ``Generator.sample`` (the generation ranks' client has it too)."""
+
+    def sample(self, request: SampleRequest) -> Experience: ...
+
+
+@torch.no_grad()
+def sample_responses(
+    generator: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config, step: int
+) -> Responses:
+    """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``)."""
+    gen = cfg.policy.generation
+    params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=gen.val_greedy)
+    texts, lengths = [], []
+    for start in range(0, len(problems), cfg.ppo.val_batch_size):
+        batch = problems[start : start + cfg.ppo.val_batch_size]
+        prompts = encode_prompts(tokenizer, batch, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+        key, ids = stream_key(cfg.ppo.seed, step, stream=1), torch.arange(start, start + len(batch))
+        experience = generator.sample(SampleRequest(prompts, params, key, ids, [episode_row(p) for p in batch]))
+        texts += decode_responses(tokenizer, experience)
+        lengths += experience.response_mask.sum(-1).tolist()
+    return Responses(texts, lengths)

@@ -1,0 +1,337 @@
+"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (docs/design.md, "Data flow")."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from pathlib import Path
+
+import torch
+
+from dtppo.checkpoint import store
+from dtppo.config import Config, batch_clamp_notes
+from dtppo.data.loader import PromptLoader, build_sources
+from dtppo.distributed.comm import broadcast, broadcast_object, is_main_rank
+from dtppo.generation.responses import decode_responses
+from dtppo.models.description import describe_models
+from dtppo.models.tokenizer import load_tokenizer
+from dtppo.observability.logger import MetricsLogger
+from dtppo.observability.metrics import to_floats
+from dtppo.observability.trackers import open_trackers
+from dtppo.ppo.advantage_estimator import build_estimator
+from dtppo.ppo.critic_warmup import CriticWarmup, critic_fit, defined_ev
+from dtppo.ppo.dynamic_sampling import build_group_filter
+from dtppo.ppo.rollouts import Rollout, ScoredBatch, build_rollouts
+from dtppo.ppo.sample_filters import filter_samples, overlong_penalties
+from dtppo.ppo.step_metrics import PhaseTimer, timing_metrics, train_metrics
+from dtppo.rewards.failures import RewardFailureError
+from dtppo.rewards.rewarder import RewardBreakdown, Rewarder, check_reward_arguments
+from dtppo.rewards.validation import EvalResult, eval_result
+from dtppo.types import Experience
+from dtppo.workers.layout import RankLayout
+from dtppo.workers.policy import PolicyWorker
+from dtppo.workers.role import PolicyRole, ValueRole
+from dtppo.workers.value import ValueWorker
+
+
+class PPOTrainer:
+    """Owns the policy and value roles (their workers, on whichever ranks hold them), the prompt loader and the
+    step counter.
+
+    The advantage estimator is chosen once (``advantage_estimator.build_estimator``): GAE with a critic, or GRPO
+    without, when there is no value role (``self.value`` is None) and no critic is built, trained, checkpointed or
+    logged.
+    """
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(cfg.policy_init_path)
+        cluster = cfg.cluster
+        # Every rank builds both layouts (mesh creation is collective), then only the workers it holds.
+        policy_layout = RankLayout(cfg.policy.parallel, cluster.pool("policy"))
+        value_layout = RankLayout(cfg.value.parallel, cluster.pool("value"))
+        self.policy = PolicyRole(
+            PolicyWorker(cfg, self.tokenizer, policy_layout) if policy_layout.member else None,
+            policy_layout.ranks,
+            cluster.colocated,
+        )
+        self.estimate = build_estimator(cfg)
+        self.group_filter = build_group_filter(cfg)  # None: every prompt group trains
+        self.warmup = CriticWarmup(cfg)
+        self.value: ValueRole | None = None
+        if cfg.has_critic:
+            self.value = ValueRole(
+                ValueWorker(cfg, self.tokenizer, value_layout) if value_layout.member else None,
+                value_layout.ranks,
+                cluster.colocated,
+            )
+        train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
+        check_reward_arguments(cfg, [train_source[0]])  # needs a row: not preflight's, which reads no data
+        self.rollouts = build_rollouts(cfg, self.policy, self.tokenizer, PromptLoader(train_source, cfg.ppo.seed))
+        # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
+        # model on its device. The other ranks receive the rewards.
+        self.rewarder = (
+            Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, self.policy.worker.layout.device)
+            if is_main_rank()
+            else None
+        )
+        # What every checkpoint carries besides weights (configs, tokenizer): written by rank 0, a policy rank.
+        self.model_files = (
+            describe_models(cfg, self.policy.worker.model, self.tokenizer)
+            if is_main_rank() and cfg.checkpointing.enabled
+            else None
+        )
+        self.steps_done = 0
+        if is_main_rank():
+            for note in batch_clamp_notes(cfg):
+                print(note, flush=True)
+        self.tracker_runs: dict[str, str] = {}  # rank 0: W&B / MLflow run ids, continued on resume
+
+    # ------------------------------------------------------------------------------------------ one step
+
+    def step(self) -> dict[str, float]:
+        """One PPO iteration: rollout, reward, values (with dynamic sampling, until enough prompt groups carry a
+        signal), advantages, critic update (``value.updates_per_step`` passes), policy update (once the critic's
+        warmup is over).
+
+        Without a critic (GRPO) it is the same step without the critic's phases."""
+        cfg, timer = self.cfg, PhaseTimer()
+        step_start = time.perf_counter()
+
+        with timer("prompts"):  # drawn (and, with generation ranks, requested) up to ppo.max_lag steps ahead
+            self.rollouts.submit(self.steps_done)
+
+        # generation, reward (and overlong shaping), the critic's values; with dynamic sampling, until the step
+        # holds enough groups that carry a signal
+        batch = self._scored_rollout(timer)
+        experience = batch.rollout.experience
+        scored = experience.sample_mask  # None unless a reward chunk failed: its samples leave training from here
+        if scored is not None and not scored.any():
+            return self._unscored_step(batch, timer, step_start)
+
+        with timer("policy_logprobs"), self.policy.inference():
+            experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
+            if cfg.loss.kl_coef > 0.0:
+                experience = experience.replace(ref_logprobs=self.policy.get_reference_logprobs(experience))
+
+        with timer("rollout_correction"):  # overlong filtering, the mismatch mask, rollout-IS weights
+            experience = filter_samples(experience, cfg)
+
+        with timer("advantages"):
+            experience = self.estimate(experience)
+
+        fit = critic_fit(experience) if self.value is not None else {}  # before any update: logged, and it judges
+        train_policy = self.warmup.policy_trains(self.steps_done, defined_ev(fit))  # the critic's warmup
+        runs = self._update(experience, train_policy, timer)
+
+        with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
+            self.rollouts.publish(self.steps_done + 1, updated=train_policy)
+
+        metrics = train_metrics(cfg, batch, experience, runs, fit) | self._counters()
+        metrics |= timing_metrics(timer, experience, time.perf_counter() - step_start)
+        self.steps_done += 1
+        return to_floats(metrics)
+
+    def _counters(self) -> dict[str, torch.Tensor]:
+        """The run's counts so far: optimizer steps each model skipped (non-finite), the critic's warmup."""
+        metrics = {"train/skipped_steps": torch.tensor(float(self.policy.skipped_steps()))}
+        if self.value is not None:
+            metrics["train/critic/skipped_steps"] = torch.tensor(float(self.value.skipped_steps()))
+            metrics |= {name: torch.tensor(value) for name, value in self.warmup.metrics(self.steps_done).items()}
+        return metrics
+
+    def _unscored_step(self, batch: ScoredBatch, timer: PhaseTimer, step_start: float) -> dict[str, float]:
+        """A step whose every reward chunk failed: nothing trains (no model, schedule or warmup moves); its record
+        holds the reward's failure counts and the timings, and ``train/reward`` is NaN (no reward is known)."""
+        self.rollouts.publish(self.steps_done + 1, updated=False)
+        metrics = {f"train/reward/{name}": mean for name, mean in batch.reward_means.items()}
+        metrics["train/reward"] = float("nan")
+        self.steps_done += 1
+        return metrics | to_floats(timing_metrics(timer, None, time.perf_counter() - step_start))
+
+    def _scored_rollout(self, timer: PhaseTimer) -> ScoredBatch:
+        """This step's samples with their rewards (and the critic's values). With ``ppo.dynamic_sampling``, the
+        first ``ppo.num_prompts_per_step`` groups that pass its criterion, from as many batches as that takes."""
+        rollout, scored = self._scored_batch(timer, extra=0)
+        if self.group_filter is None:
+            return ScoredBatch(rollout, scored.means() if scored is not None else {}, {})
+        more = functools.partial(self._scored_batch, timer)
+        return self.group_filter.fill(rollout, scored, more, self.tokenizer.pad_token_id)
+
+    def _scored_batch(self, timer: PhaseTimer, extra: int) -> tuple[Rollout, RewardBreakdown | None]:
+        """One batch (the step's own, or dynamic sampling's ``extra``-th more) sampled, rewarded (overlong shaping
+        included) and valued by the critic; the reward parts on rank 0, None elsewhere."""
+        with timer("generation"):
+            step = self.steps_done
+            rollout = self.rollouts.take(step) if extra == 0 else self.rollouts.take_extra(step, extra)
+            experience = rollout.experience
+        with timer("reward"):
+            rewards, failed, scored = torch.zeros(experience.batch_size), torch.zeros(experience.batch_size), None
+            if self.rewarder is not None:
+                scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
+                rewards, failed = scored.total, scored.failed.float()
+            rewards, failed = broadcast(torch.stack([rewards, failed]))
+            experience = experience.replace(rewards=rewards + overlong_penalties(experience, self.cfg))
+            if failed.any():  # no reward is known for them: not trained as if it were 0
+                experience = experience.replace(sample_mask=1.0 - failed)
+        if self.value is not None:
+            with timer("value_inference"), self.value.inference():
+                experience = experience.replace(old_values=self.value.get_values(experience))
+        return dataclasses.replace(rollout, experience=experience), scored
+
+    def _update(self, experience: Experience, train_policy: bool, timer: PhaseTimer) -> dict[str, list[dict]]:
+        """``ppo.ppo_epochs`` epochs of the critic's update (``value.updates_per_step`` passes each) and (when
+        ``train_policy``) the policy's (one pass each); each phase's statistics per pass, by phase name.
+
+        Every update of an epoch starts before any result is shared: a role's ``train`` runs on its own ranks
+        only and ``share`` is the collective, so in separate pools (``cluster.policy_ranks``) the critic and the
+        policy update at the same time, and colocated they run one after the other as before."""
+        updates: list[tuple[PolicyRole | ValueRole, str]] = []
+        if self.value is not None:
+            updates.append((self.value, "critic_update"))
+        if train_policy:
+            updates.append((self.policy, "policy_update"))
+        runs: dict[str, list[dict]] = {phase: [] for _, phase in updates}
+        passes = {"critic_update": self.cfg.value.updates_per_step, "policy_update": 1}
+        for _ in range(self.cfg.ppo.ppo_epochs):
+            started = []
+            for role, phase in updates:
+                for _ in range(passes[phase]):
+                    with timer(phase), role.training():
+                        started.append((role, phase, role.train(experience)))
+            with timer("share_metrics"):
+                for role, phase, stats in started:
+                    runs[phase].append(role.share(stats))
+        return runs
+
+    # ------------------------------------------------------------------------------------------ the run
+
+    def evaluate(self) -> EvalResult | None:
+        """The policy's answers to the validation problems, scored like training samples; None off rank 0."""
+        responses = self.rollouts.validation(self.validation_problems, self.steps_done)
+        if self.rewarder is None:
+            return None
+        scored = self.rewarder.score(self.validation_problems, responses.texts)
+        problems, accuracy_from = self.validation_problems, self.rewarder.accuracy_name
+        return eval_result(
+            problems, responses.texts, responses.lengths, scored.total, scored.means(), accuracy_from, scored.failed
+        )
+
+    def validate(self) -> dict[str, float]:
+        """``validation/*`` metrics (rank 0; the other ranks only take part in sampling)."""
+        start = time.perf_counter()
+        result = self.evaluate()
+        if result is None:
+            return {}
+        metrics = {"validation/reward": result.reward, "validation/avg_length": result.avg_length}
+        if result.accuracy is not None:
+            metrics["validation/accuracy"] = result.accuracy
+        metrics |= {f"validation/reward/{name}": mean for name, mean in result.rewards.items()}
+        return metrics | {"timing/validation": time.perf_counter() - start}
+
+    def fit(self) -> list[dict[str, float]]:
+        """Run until ``ppo.max_num_steps``, resuming from the latest complete checkpoint if there is one."""
+        cfg = self.cfg
+        self.maybe_resume()
+        # Every rank runs the same loop; rank 0 alone writes logs (all metrics are already reduced).
+        trackers = open_trackers(cfg.logger, cfg.to_dict(), self.tracker_runs) if is_main_rank() else []
+        self.tracker_runs = {t.name: t.run_id for t in trackers}
+        logger = MetricsLogger(
+            cfg.logger.log_dir,
+            cfg.ppo.max_num_steps,
+            cfg.logger.tensorboard,
+            cfg.logger.progress,
+            resume_step=self.steps_done,
+            enabled=is_main_rank(),
+            trackers=trackers,
+        )
+        history, finished = [], False
+        try:
+            if self.steps_done == 0 and cfg.ppo.val_at_start:
+                logger.log(0, self.validate())
+            while self.steps_done < cfg.ppo.max_num_steps:
+                metrics = self.step()
+                last = self.steps_done == cfg.ppo.max_num_steps
+                if self.steps_done % cfg.ppo.val_period == 0 or last:
+                    metrics |= self.validate()
+                logger.log(self.steps_done, metrics)
+                history.append(metrics)
+                stop, saved = self._reward_failures(last), None
+                if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last or stop):
+                    saved = self.save()
+                if stop:
+                    kept = f"checkpoint {saved}" if saved is not None else "not checkpointed: checkpointing is off"
+                    raise RewardFailureError(f"{stop}; stopped after step {self.steps_done} ({kept})")
+            finished = True
+        finally:
+            self.rollouts.close()
+            logger.close(finished)
+            if self.rewarder is not None:
+                self.rewarder.close()
+        return history
+
+    def _reward_failures(self, last: bool) -> str | None:
+        """Rank 0's verdict on the step's failed reward chunks (``FailureBudget.end_step``), on every rank."""
+        return broadcast_object(self.rewarder.budget.end_step(last) if self.rewarder is not None else None, src=0)
+
+    def save(self) -> Path:
+        """Collective over all ranks: each pool writes its shards, rank 0 the replicated state."""
+        sharded = self._sharded_state()
+        replicated = {
+            "policy": self.policy.replicated_state(),
+            "loader": self.rollouts.prompts.position(self.steps_done),
+            "rollouts": self.rollouts.state_dict(),  # the batches in flight (rank 0; empty when synchronous)
+            "rng": store.rng_state(),
+            "steps_done": self.steps_done,
+            "warmup": self.warmup.state_dict(),
+            "trackers": self.tracker_runs,
+            "reward_failures": self.rewarder.budget.state_dict() if self.rewarder is not None else {},
+        }
+        if self.value is not None:
+            replicated["value"] = self.value.replicated_state()
+        ckpt = self.cfg.checkpointing
+        return store.save(
+            ckpt.checkpoint_dir,
+            self.steps_done,
+            sharded,
+            replicated,
+            self.cfg.to_dict(),
+            ckpt.keep_last,
+            self.model_files,
+        )
+
+    def _sharded_state(self) -> dict[str, dict]:
+        """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""
+        states = {
+            "policy": self.policy.checkpoint_state(),
+            "value": self.value.checkpoint_state() if self.value is not None else None,
+        }
+        return {role: state for role, state in states.items() if state is not None}
+
+    def maybe_resume(self) -> None:
+        """Load the latest complete checkpoint, whatever data-parallel size or pool layout wrote it; then whoever
+        samples the batches gets the policy's current weights."""
+        ckpt = self.cfg.checkpointing
+        step = store.latest_step(ckpt.checkpoint_dir) if ckpt.enabled else None
+        if step is not None:
+            self._resume(Path(ckpt.checkpoint_dir) / f"step_{step}")
+        self.rollouts.start(self.steps_done)
+
+    def _resume(self, path: Path) -> None:
+        sharded = self._sharded_state()
+        replicated, _ = store.load(path, sharded)
+        self.policy.load_checkpoint(sharded.get("policy"), replicated["policy"])
+        if self.value is not None:
+            self.value.load_checkpoint(sharded.get("value"), replicated["value"])
+        self.steps_done = int(replicated["steps_done"])
+        if "warmup" in replicated:  # absent in checkpoints written before value.warmup_until_ev (a fixed warmup)
+            self.warmup.load_state_dict(replicated["warmup"])
+        # Written before asynchronous PPO: no "rollouts" (nothing was in flight).
+        self.rollouts.restore(replicated["loader"], replicated.get("rollouts", {}), self.steps_done)
+        store.set_rng_state(replicated["rng"])
+        self.tracker_runs = replicated.get("trackers", {})  # absent in checkpoints written before trackers
+        if self.rewarder is not None and replicated.get("reward_failures"):  # absent before the failure budget
+            self.rewarder.budget.load_state_dict(replicated["reward_failures"])
+        if is_main_rank():
+            print(f"resumed from {path}", flush=True)

@@ -1,1 +1,0 @@
-"""Generation backends: the torch KV-cache sampler."""

@@ -1,0 +1,1 @@
+"""Supervised fine-tuning of the policy on worked solutions (``dtppo sft``)."""
