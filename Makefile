@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format reliability bench bench-gpu venv clean
+.PHONY: demo test test-all lint format reliability bench experiments bench-gpu venv clean
 
 venv: $(STAMP)
 
@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml requirements.lock
 # The demo (README): SFT on the critic recipe's task to its plateau, then PPO twice from that model, the critic's
 # values aligned to the state before each token (dtppo's default) and not (value.shift_values=false); one seed per
 # arm, a table side by side, and each arm against the range measured over SFT models and both CPU kernel sets
-# (bench/results/demo_expected.json, docs/learning.md "Issue 19").
+# (bench/results/learning/demo_expected.json; docs/learning.md, "The demo").
 demo: $(STAMP)
-	$(PY) bench/critic.py alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo --show-output --plot \
-		--expect bench/results/demo_expected.json
+	$(PY) -m bench.learning.critic alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo \
+		--show-output --plot --expect bench/results/learning/demo_expected.json
 
 # `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 15 minutes on 2 cores;
 # `make test-all` runs every test.
@@ -54,17 +54,25 @@ RELIABILITY_SCRIPTS := tests/reliability/kill_campaign.py
 reliability: $(STAMP)
 	@for script in $(RELIABILITY_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done
 
-# Benchmarks (minutes; not in `make test`): each prints a table and writes bench/results/<name>.json whose rows
-# carry the command that reproduces them. Add one with: BENCH_SCRIPTS += bench/<name>.py
-BENCH_SCRIPTS := bench/parity.py bench/distributed.py bench/rollout.py bench/vs_trl.py
-BENCH_SCRIPTS += bench/train_flops.py bench/scaling.py bench/memory.py bench/async.py bench/async_model.py
+# The benchmarks (bench/README.md lists each: its question, its make target, its result file). Each prints a table
+# and writes bench/results/<kind>/*.json whose rows carry the command that reproduces them. Not in `make test`.
+# Speed and memory (minutes each): every script of bench/perf/.
+BENCH_PERF := rollout vllm_rollout sampling train_flops scaling distributed parity memory async_ppo async_model
+BENCH_PERF += vllm_lora vs_trl
 
 bench: $(STAMP)
-	@for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done
+	@for name in $(BENCH_PERF); do echo "== bench.perf.$$name"; $(PY) -m bench.perf.$$name || exit 1; done
 
-# On a CUDA machine: numerics vs CPU and a 0.5B-shaped PPO step (without CUDA: a CPU smoke test).
+# The learning experiments of bench/learning/ (hours each on 2 cores: seeds x arms x SFT models).
+EXPERIMENTS := "critic alignment" "critic grpo" "critic clean" "critic warmup" "ev_ceiling recipes/tiny-math-cpu.yaml"
+EXPERIMENTS += async_lag episodes lora warmup
+
+experiments: $(STAMP)
+	@for run in $(EXPERIMENTS); do echo "== bench.learning.$$run"; $(PY) -m bench.learning.$$run || exit 1; done
+
+# On a CUDA machine: the device checks of bench/device/ (without CUDA: a CPU smoke test of the same code).
 bench-gpu:
-	bash bench/gpu.sh
+	bash bench/device/gpu.sh
 
 clean:
 	rm -rf runs

@@ -16,7 +16,7 @@ They are read when used and do nothing when unset (the normal case):
   trainer's would report them (π_old/π_gen = exp(DELTA·(i mod 3)) per token): the mismatch correction's test.
 - ``DTPPO_TEST_OBSERVATIONS_AS_ACTIONS=1``: episodes' observation tokens are marked as the policy's own
   (``response_mask`` 1, generation log-prob 0), so they are trained on and valued as actions, the masking bug
-  peers had: the multi-turn experiment's ablation (docs/learning.md, "Issue 32").
+  peers had: the multi-turn experiment's ablation (docs/experiments/2026-12-02-tools-with-a-critic.md).
 """
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ def warn_unusual(cfg: Config) -> None:
     if not cfg.value.shift_values:
         print(
             "dtppo: WARNING: value.shift_values=false reads V(s_t) from the hidden state that has already "
-            "seen token t. It exists only for the value-alignment experiment (bench/critic.py alignment); "
+            "seen token t. It exists only for the value-alignment experiment (bench/learning/critic.py alignment); "
             "do not train with it.",
             file=sys.stderr,
             flush=True,

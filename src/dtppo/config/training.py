@@ -255,12 +255,12 @@ class PolicyConfig:
     """Keep only each decoder block's input in training and recompute the block in backward (non-reentrant, per
     block): what the forward holds for backward shrinks to the blocks' inputs (plus one block's activations while
     it recomputes), for about one more forward per update. Same numbers; eval forwards are unaffected
-    (docs/performance.md)."""
+    (docs/performance-memory.md)."""
     cpu_offload: bool = False
     """FSDP2 CPU offload: the policy's (and the reference's) parameters, gradients and AdamW state stay in host
     memory between uses and each block is copied to the device for its forward and backward; the optimizer steps
     on the CPU. Saves device memory on GPUs; a single CPU process (no FSDP) already keeps everything in host
-    memory, so there it changes nothing (docs/performance.md)."""
+    memory, so there it changes nothing (docs/performance-memory.md)."""
 
     def __post_init__(self) -> None:
         at_least(

@@ -1,5 +1,5 @@
 """The environment as the episode loop sees it: batches of resets and steps, run in environment processes (a
-``process_pool.ProcessPool`` of ``envs.worker.serve``) within ``env.timeout_s``, or in this process."""
+``usercode.pool.ProcessPool`` of ``envs.worker.serve``) within ``env.timeout_s``, or in this process."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ Randomness is counter-based: the one uniform that picks sample i's token t is a 
 ``key`` derived from (seed, step), and the token is drawn by inverting the cumulative distribution at it. A
 sample's tokens therefore depend only on its global index, not on batch composition or on which rank generates
 it, and need no RNG state to resume. One number per row and step, not one per vocabulary entry: hashing every
-cell of a [rows, 151,936] vocabulary cost more than the decode step itself (bench/sampling.py).
+cell of a [rows, 151,936] vocabulary cost more than the decode step itself (bench/perf/sampling.py).
 
-Speed (bench/rollout.py): the decoder (``rollout.decoder``, chosen by ``rollout.generator``) computes the
+Speed (bench/perf/rollout.py): the decoder (``rollout.decoder``, chosen by ``rollout.generator``) computes the
 next-token logits; stop tokens are checked on the host only every few steps, and tokens sampled after a row's
 stop token are blanked once at the end.
 """

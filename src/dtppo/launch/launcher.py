@@ -2,7 +2,7 @@
 
 A run is SPMD: every rank executes the same function (the PPO loop) with the process group initialised and
 builds the workers it holds itself. A launcher starts ranks, not workers: Ray wraps a whole rank in an actor
-(``ray_launcher.RayRank``), never a policy or value worker, so the trainer, workers and algorithm do not
+(``launch.ray.RayRank``), never a policy or value worker, so the trainer, workers and algorithm do not
 change with the launcher.
 """
 

@@ -1,6 +1,6 @@
 """Opt-in profiles of the training updates: with ``DTPPO_PROFILE_DIR=DIR`` set, every ``TrainEngine.train`` call
 runs under ``torch.profiler`` and writes ``DIR/<model>_rank<r>_call<n>.json``: its operators ranked by self time on
-the device (on the CPU when there is no GPU), with call counts. bench/gpu.sh sets it to compare where the
+the device (on the CPU when there is no GPU), with call counts. bench/device/gpu.sh sets it to compare where the
 critic's and the policy's updates spend their time. Unset (the normal case), nothing is profiled.
 """
 

@@ -8,7 +8,7 @@ flaw that the tiny demo's PPO run must then remove (docs/learning.md, "The demo"
 
 The main stage can validate as it goes and stop at its plateau (``sft.val_period``, ``sft.patience``), so a recipe
 trains its model to the same place on any CPU's kernels instead of stopping mid-climb, where small numeric
-differences decide how far it got (docs/learning.md, "Issue 19").
+differences decide how far it got (docs/experiments/2026-12-01-critic-alignment-sft-models.md).
 """
 
 from __future__ import annotations
