@@ -48,11 +48,12 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Long fault campaigns (minutes each; not in `make test`), results in bench/results/. Add: RELIABILITY_SCRIPTS += path
-RELIABILITY_SCRIPTS := tests/reliability/kill_campaign.py
+# Long fault campaigns (minutes each; not in `make test`), results in bench/results/. Each is a module run from the
+# repository root (python -m). Add: RELIABILITY_SCRIPTS += tests.reliability.<module>
+RELIABILITY_SCRIPTS := tests.reliability.kill_campaign
 
 reliability: $(STAMP)
-	@for script in $(RELIABILITY_SCRIPTS); do echo "== $$script"; $(PY) $$script || exit 1; done
+	@for script in $(RELIABILITY_SCRIPTS); do echo "== $$script"; $(PY) -m $$script || exit 1; done
 
 # The benchmarks (bench/README.md lists each: its question, its make target, its result file). Each prints a table
 # and writes bench/results/<kind>/*.json whose rows carry the command that reproduces them. Not in `make test`.

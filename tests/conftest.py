@@ -30,23 +30,23 @@ def repo_root() -> str:
 
 @pytest.fixture(scope="session")
 def qwen_dir(tmp_path_factory):
-    """A Qwen2.5-format model directory (tests/hf_fixtures.py); read-only: copy it to change it."""
-    from hf_fixtures import qwen_format_dir
+    """A Qwen2.5-format model directory (tests/support/hf_fixtures.py); read-only: copy it to change it."""
+    from tests.support.hf_fixtures import qwen_format_dir
 
     return qwen_format_dir(tmp_path_factory.mktemp("qwen-format") / "model")
 
 
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory):
-    """A Llama-2-format model directory without a pad token (tests/hf_fixtures.py)."""
-    from hf_fixtures import llama_format_dir
+    """A Llama-2-format model directory without a pad token (tests/support/hf_fixtures.py)."""
+    from tests.support.hf_fixtures import llama_format_dir
 
     return llama_format_dir(tmp_path_factory.mktemp("llama-format") / "model")
 
 
 @pytest.fixture(scope="session")
 def gpt2_dir(tmp_path_factory):
-    """A GPT-2 model directory (tests/hf_fixtures.py)."""
-    from hf_fixtures import gpt2_format_dir
+    """A GPT-2 model directory (tests/support/hf_fixtures.py)."""
+    from tests.support.hf_fixtures import gpt2_format_dir
 
     return gpt2_format_dir(tmp_path_factory.mktemp("gpt2-format") / "model")

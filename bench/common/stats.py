@@ -7,7 +7,7 @@ import math
 import statistics
 
 # Two-sided 95 % critical values of Student's t, t_{0.975, df} for df = 1..30 (any t table; checked against a
-# numerical integral of the t density in tests/unit/test_bench_stats.py). Beyond 30 the df-30 value is used:
+# numerical integral of the t density in tests/repo/test_bench_critic.py). Beyond 30 the df-30 value is used:
 # slightly wider than exact, never narrower.
 T_975 = [
     12.706,

@@ -6,7 +6,7 @@ token). Each variant runs once to warm up (compiling), then once timed.
 On CUDA: Qwen2.5-0.5B's shape with its 151,936-token vocabulary, random weights, bf16, ``prompts`` × ``new_tokens``
 (256 × 512 by default). The CPU smoke test decodes a tiny model eagerly only, in seconds; ``full_on_cpu`` adds the
 compiled variants there too (minutes of compilation; the compiled path's equality is tested in make test,
-tests/unit/test_decode_graph.py).
+tests/unit/generation/test_decode_graph.py).
 """
 
 from __future__ import annotations

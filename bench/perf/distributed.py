@@ -15,7 +15,6 @@ import tempfile
 import time
 
 import torch
-from tests.support.harness import make_config, synthetic_experience
 
 from bench.common.paths import PERF
 from dtppo.distributed.comm import all_reduce, rank
@@ -23,6 +22,7 @@ from dtppo.distributed.launch import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
+from tests.support.harness import make_config, synthetic_experience
 
 
 def _local_bytes(engine) -> int:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
-from tests.support.harness import run, worker_round
-
 from bench.common.paths import PERF
+from tests.support.harness import run, worker_round
 
 MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 CASES = [

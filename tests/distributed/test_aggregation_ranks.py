@@ -9,7 +9,8 @@ from dtppo.distributed.comm import rank
 from dtppo.models.logprobs import token_logprobs
 from dtppo.ops import weighted_sum
 from dtppo.workers.layout import RankLayout
-from harness import _full, layout_engine, run, synthetic_experience
+from tests.support.batches import synthetic_experience
+from tests.support.harness import full_state_dict, layout_engine, run
 
 VOCAB = 50
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -38,7 +39,7 @@ def aggregation_round(overrides: list[str], out_path: str) -> None:
                 return -weighted_sum(logprobs * micro_batch.advantages, micro_batch.loss_weights), {}
 
             metrics = engine.train(experience, loss, global_batch=8, micro_batch=micro)
-            results[f"{mode}/{micro}"] = {"loss": metrics["loss"], "weights": _full(model)}
+            results[f"{mode}/{micro}"] = {"loss": metrics["loss"], "weights": full_state_dict(model)}
     if rank() == 0:
         torch.save(results, out_path)
 

@@ -11,7 +11,8 @@ from dtppo.models.causal_lm import build_policy
 from dtppo.models.logprobs import token_logprobs
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.workers.value import ValueWorker
-from harness import _full, make_config, run, synthetic_experience, worker_results
+from tests.support.batches import synthetic_experience
+from tests.support.harness import full_state_dict, make_config, run, worker_results
 
 TOL = 1e-5
 # Both models adapted; a KL term so the reference is used; a learning rate that moves the adapters visibly in
@@ -114,7 +115,7 @@ def test_only_adapters_and_the_value_head_train(results, world):
 def test_the_value_head_and_the_adapters_move_and_the_base_does_not(results):
     cfg = make_config(LORA)
     tok = build_char_tokenizer()
-    fresh = _full(ValueWorker(cfg, tok).model)
+    fresh = full_state_dict(ValueWorker(cfg, tok).model)
     trained = results[2]["value_weights"]
     assert _diff(trained["score.weight"], fresh["score.weight"]) > 1e-3
     assert max(_diff(trained[k], fresh[k]) for k in trained if ".lora_B." in k) > 1e-3

@@ -22,7 +22,8 @@ from dtppo.models.value import ValueModel
 from dtppo.ops import weighted_sum
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
-from harness import _full, layout_engine, run, synthetic_experience, worker_results
+from tests.support.batches import synthetic_experience
+from tests.support.harness import full_state_dict, layout_engine, run, worker_results
 
 VOCAB, LAYERS = 64, 2
 # name: (activation_checkpointing, cpu_offload, unsharded_grad_accumulation)
@@ -101,7 +102,7 @@ def _train_case(
     result = {
         "loss": metrics["loss"],
         "grad_norm": metrics["grad_norm"],
-        "weights": _full(engine.model),
+        "weights": full_state_dict(engine.model),
         "block_calls": calls[0],
         "offload_policies": _offload_policies(engine.model),
     }
@@ -114,7 +115,7 @@ def _train_case(
         resumed = [e.train(exp, _loss_fn(role, e.model), global_batch=8, micro_batch=2) for e in (engine, restored)]
         result |= {
             "resumed_loss": [float(m["loss"]) for m in resumed],
-            "resumed_weights": [_full(engine.model), _full(restored.model)],
+            "resumed_weights": [full_state_dict(engine.model), full_state_dict(restored.model)],
         }
     return result
 

@@ -10,7 +10,8 @@ from dtppo.distributed.comm import rank
 from dtppo.distributed.parallelize import decoder_layers
 from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.workers.layout import RankLayout
-from harness import _full, layout_engine, run, synthetic_experience
+from tests.support.batches import synthetic_experience
+from tests.support.harness import full_state_dict, layout_engine, run
 
 VOCAB = 50
 
@@ -59,7 +60,7 @@ def layout_round(overrides: list[str], out_path: str) -> None:
         return -weighted_sum(logprobs_from_logits(logits, micro.input_ids), micro.loss_weights), {}
 
     metrics = engine.train(synthetic_experience(VOCAB), nll, global_batch=8, micro_batch=2)
-    result = {"loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "weights": _full(model)}
+    result = {"loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "weights": full_state_dict(model)}
     if rank() == 0:
         torch.save(result, out_path)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import run, worker_round
+from tests.support.harness import run, worker_round
 
 TOL = 1e-5
 MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]

@@ -11,25 +11,22 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import FAST, TINY, read_jsonl
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import (  # noqa: E402
+from tests.support.cli import checkpoint_tensors, read_jsonl
+from tests.support.killing import (
     PAUSE_ENV,
     KillPoint,
     RunSpec,
-    checkpoint_tensors,
     comparable_metrics,
     group_members,
     kill_at,
     launch,
     rank_processes,
 )
+from tests.support.recipes import FAST, TINY
 
 SPLIT = ("cluster.workers_per_node=2", "cluster.generation_ranks=1")
 

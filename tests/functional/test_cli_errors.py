@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, run_cli_in_process
+from tests.support.cli import run_cli_in_process
+from tests.support.recipes import TINY
 
 GOOD_ROW = json.dumps({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"})
 

@@ -13,21 +13,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, run_cli
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import (  # noqa: E402
+from tests.support.cli import checkpoint_tensors, run_cli
+from tests.support.killing import (
     PAUSE_ENV,
-    SMALL_MODEL,
     KillPoint,
     RunSpec,
-    checkpoint_tensors,
     comparable_metrics,
     kill_at,
     launch,
 )
+from tests.support.recipes import REPO, SMALL_MODEL
 
-ENV = str(Path(__file__).with_name("episode_env.py"))
+ENV = str(REPO / "tests" / "support" / "episode_env.py")
 # Turns end at common characters too, so the random model's turns stop and episodes have several.
 EPISODES = (
     f"env.class={ENV}:Tick",

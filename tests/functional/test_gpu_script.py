@@ -1,4 +1,4 @@
-"""bench/gpu.sh in its CPU-fallback mode: the same code as the CUDA check, in fp32 at tiny sizes, in seconds.
+"""bench/device/gpu.sh in its CPU-fallback mode: the same code as the CUDA check, in fp32 at tiny sizes, in seconds.
 
 The CUDA path itself needs a GPU; this keeps the script runnable and its JSON well-formed on every machine, and
 checks that the step it times is the real trainer's (its `timing/*` phases) and that the fallback never writes
@@ -10,11 +10,10 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.recipes import REPO
 
 STEP_FIELDS = [
     "tokens_per_s",
@@ -56,7 +55,7 @@ def test_gpu_script_cpu_fallback(tmp_path):
     out = tmp_path / "gpu.json"
     env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        ["bash", str(REPO / "bench" / "gpu.sh"), "--cpu", "--out", str(out)],
+        ["bash", str(REPO / "bench" / "device" / "gpu.sh"), "--cpu", "--out", str(out)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -65,7 +64,7 @@ def test_gpu_script_cpu_fallback(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["mode"] == "cpu-fallback" and result["command"].startswith("bash bench/gpu.sh")
+    assert result["mode"] == "cpu-fallback" and result["command"].startswith("bash bench/device/gpu.sh")
     assert result["numerics_passed"] is True and result["numerics"]
     for check in result["numerics"]:
         assert check["passed"] is True
@@ -110,6 +109,6 @@ def test_gpu_script_cpu_fallback(tmp_path):
 
 
 def test_cpu_fallback_never_writes_the_gpu_result(tmp_path):
-    """Without --out a CPU run goes to runs/, so a smoke test cannot land as bench/results/gpu.json."""
-    source = (REPO / "bench" / "gpu_check.py").read_text()
+    """Without --out a CPU run goes to runs/, so a smoke test cannot land as bench/results/device/gpu.json."""
+    source = (REPO / "bench" / "device" / "check.py").read_text()
     assert '"runs" / "gpu-check-cpu.json"' in source and "if cuda else" in source

@@ -6,7 +6,8 @@ import shutil
 
 import torch
 
-from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
+from tests.support.recipes import FAST, TINY
 
 # 8 prompts x 4 samples per step. With the briefly fine-tuned model most groups score all 0 (advantage 0, no
 # update); 8 groups make a mixed one likely, so the policy update and the resume below see a real gradient.

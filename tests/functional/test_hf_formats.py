@@ -1,5 +1,5 @@
-"""The CLI on HF model directories in the real formats (tests/hf_fixtures.py): PPO, eval, export and a reload with
-plain transformers, on GSM8K rows, with both generation backends and at 2 ranks.
+"""The CLI on HF model directories in the real formats (tests/support/hf_fixtures.py): PPO, eval, export and a reload
+with plain transformers, on GSM8K rows, with both generation backends and at 2 ranks.
 
 Each fixture runs once per backend, and each backend once at 2 ranks: Qwen2.5-format with torch at 2 ranks (then
 eval, export and reload) and with vLLM at 1; Llama-2-format (no pad token) with torch at 1 (then export and reload)
@@ -16,12 +16,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import TINY, checkpoint_tensors, read_jsonl, run_cli
 from dtppo.models.value import ValueModel
-from hf_fixtures import GSM8K_TEST, GSM8K_TRAIN
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
+from tests.support.hf_fixtures import GSM8K_TEST, GSM8K_TRAIN
+from tests.support.recipes import FAST, TINY
 
 MAX_NEW = 32
-FAST = [
+# The shared fast settings, then this file's own (the later override wins): GSM8K rows from a random start,
+# 2 steps of 8 prompts with 2 samples each, logs and checkpoints in the working directory, one scoring process.
+SMALL = [
+    *FAST,
     "ppo.init_from_sft=false",
     "data.task=gsm8k",
     "ppo.max_num_steps=2",
@@ -31,11 +35,6 @@ FAST = [
     "ppo.max_val_samples=8",
     "ppo.val_batch_size=8",
     f"policy.generation.max_new_tokens={MAX_NEW}",
-    "policy.train_global_batch_size=8",
-    "policy.train_micro_batch_size=4",
-    "value.train_global_batch_size=8",
-    "value.train_micro_batch_size=4",
-    "logger.tensorboard=false",
     "logger.log_dir=log",
     "checkpointing.checkpoint_dir=ckpt",
     "checkpointing.save_period=2",
@@ -55,7 +54,7 @@ def _ppo(model: Path, cwd: Path, *extra: str):
         f"data.train.path={_rows(GSM8K_TRAIN, cwd / 'train.jsonl', 64)}",
         f"data.validation.path={_rows(GSM8K_TEST, cwd / 'test.jsonl', 8)}",
     ]
-    args = [TINY, *FAST, f"policy.model.path={model}", *data, *extra]
+    args = [TINY, *SMALL, f"policy.model.path={model}", *data, *extra]
     return args, run_cli(["ppo", *args], cwd)
 
 

@@ -10,14 +10,12 @@ the resume, which must redo step 2 from ``step_1`` and reproduce both exactly.""
 
 import random
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import PAUSE_ENV, KillPoint, RunSpec, checkpoint_tensors, comparable_metrics, kill_at, launch  # noqa: E402
+from tests.support.cli import checkpoint_tensors
+from tests.support.killing import PAUSE_ENV, KillPoint, RunSpec, comparable_metrics, kill_at, launch
 
 
 @pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.slow)])

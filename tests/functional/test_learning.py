@@ -12,13 +12,14 @@ The critic's gate and its negative control: see EV_GATE.
 
 Marked slow (`make test-all`, not `make test`): the SFT to its plateau and 20 PPO steps take ~5 minutes of the
 15 that `make test` has on 2 cores. `make demo` runs PPO's recovery from a planted shortcut on the critic recipe's
-task each time and checks it against its expected range (bench/results/demo_expected.json).
+task each time and checks it against its expected range (bench/results/learning/demo_expected.json).
 """
 
 import pytest
 
-from conftest import TINY, read_jsonl, run_cli
 from dtppo.observability.logger import explained_var_mean
+from tests.support.cli import read_jsonl, run_cli
+from tests.support.recipes import TINY
 
 EASY = [
     "data.tiny_math.max_number=10",

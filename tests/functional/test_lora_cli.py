@@ -9,7 +9,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
 
-from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
+from tests.support.recipes import FAST, TINY
 
 LORA = ["policy.lora.rank=8", "value.lora.rank=8", "loss.kl_coef=0.05", "policy.optimizer.lr=1e-3"]
 

@@ -6,7 +6,8 @@ i mod 3 = 1 (error e^0.3 = 1.35, kept) have π_old/π_gen = e^(0.3·len), capped
 
 import math
 
-from conftest import FAST, TINY, read_jsonl, run_cli
+from tests.support.cli import read_jsonl, run_cli
+from tests.support.recipes import FAST, TINY
 
 PROMPTS = 16  # FAST's ppo.num_prompts_per_step
 CORRECTION = ["ppo.seq_logprob_error_threshold=1.5", "loss.rollout_is=sequence", "loss.rollout_is_cap=2.0"]

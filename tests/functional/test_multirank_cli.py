@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
+from tests.support.recipes import FAST, TINY
 
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 

@@ -5,14 +5,11 @@ behind hold only finite numbers."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
-from conftest import checkpoint_tensors, read_jsonl
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import RunSpec  # noqa: E402  (the tiny run spec the kill tests use)
+from tests.support.cli import checkpoint_tensors, read_jsonl
+from tests.support.killing import RunSpec  # the tiny run spec the kill tests use
 
 
 def test_nonfinite_steps_are_skipped_counted_and_a_streak_stops_the_run(tmp_path):

@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import FAST, REPO, TINY, checkpoint_tensors, read_jsonl, run_cli, run_cli_in_process
 from dtppo.models.value import ValueModel
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli, run_cli_in_process
+from tests.support.recipes import FAST, REPO, TINY
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST, TINY, read_jsonl, run_cli
+from tests.support.cli import read_jsonl, run_cli
+from tests.support.recipes import FAST, TINY
 
 ray = pytest.importorskip("ray")
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]

@@ -6,7 +6,8 @@ import shutil
 
 import torch
 
-from conftest import REPO, checkpoint_tensors, read_jsonl, run_cli
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
+from tests.support.recipes import REPO
 
 DAPO = str(REPO / "recipes" / "tiny-math-dapo-cpu.yaml")
 SAO = str(REPO / "recipes" / "tiny-math-sao-cpu.yaml")

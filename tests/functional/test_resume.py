@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from conftest import FAST, TINY, checkpoint_tensors, read_jsonl, run_cli
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
+from tests.support.recipes import FAST, TINY
 
 
 def _args(sft_dir, name, steps):

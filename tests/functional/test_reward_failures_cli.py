@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, read_jsonl, run_cli
+from tests.support.cli import read_jsonl, run_cli
+from tests.support.recipes import REPO
 
-FUNCTIONS = REPO / "tests" / "unit" / "failing_functions.py"
+FUNCTIONS = REPO / "tests" / "support" / "failing_functions.py"
 SMALL = [
     "policy.generation.max_new_tokens=8",
     "ppo.num_prompts_per_step=8",
@@ -80,7 +81,7 @@ def test_a_function_that_always_crashes_stops_the_run(tmp_path):
 
 
 # Slow (25 s): the stop is the local run's (above), and a crashed Ray scoring actor's kind is checked in
-# tests/unit/test_user_code_bounds.py.
+# tests/unit/usercode/test_user_code_bounds.py.
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
 def test_a_function_that_always_crashes_stops_a_ray_run_at_two_ranks(tmp_path):

@@ -2,7 +2,7 @@
 RM weight is 0 (scored and logged, not rewarded) does not, and a critic can start from the RM's directory.
 
 Protocol (fixed before the figures were looked at): the RM is trained to score the share of "7"s in a completion
-(tests/reward_model_fixture.py); 12 PPO steps from the random tiny policy, ppo.seed 0, 32 prompts per step; the
+(tests/support/reward_model_fixture.py); 12 PPO steps from the random tiny policy, ppo.seed 0, 32 prompts per step; the
 gain is the mean of train/reward/model over steps 10-12 minus its mean over steps 1-3. Measured (both CPU kernel
 sets gave the same curve, and ppo.seed 1 and 2 the same picture): treatment -0.039 -> +0.284, control -0.044 ->
 -0.051 (docs/rewards.md).
@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-from conftest import REPO, read_jsonl, run_cli
-from reward_model_fixture import train_tiny_reward_model
+from tests.support.cli import read_jsonl, run_cli
+from tests.support.recipes import REPO
+from tests.support.reward_model_fixture import train_tiny_reward_model
 
 STEPS = 12
 ARGS = [
@@ -66,7 +67,8 @@ def test_ppo_raises_a_learned_reward_models_score_and_a_zero_weight_control_does
     treated_gain, control_gain = _gain(treated), _gain(control)
     assert treated_gain > 0.15, treated_gain
     assert control_gain < 0.05, control_gain
-    # TRL's convention: the critic starts from the RM's backbone and score head (numbers: test_reward_model.py)
+    # TRL's convention: the critic starts from the RM's backbone and score head (numbers:
+    # tests/unit/rewards/test_reward_model.py)
     critic = _run(
         tmp_path,
         "critic",

@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, TINY, read_jsonl, run_cli, run_cli_in_process
+from tests.support.cli import read_jsonl, run_cli, run_cli_in_process
+from tests.support.recipes import REPO, TINY
 
 STEPS = 6
 SHORT = [

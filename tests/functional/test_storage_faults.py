@@ -2,7 +2,7 @@
 (mode 0555; when the tests run as root, the run is started without CAP_DAC_OVERRIDE so the mode bits
 apply), a file-size limit (RLIMIT_FSIZE: the weights shard cannot be written, as on a full device), and a
 truncated weights shard on resume. Each exits 4 with one line naming the path and leaves step_2 as it was.
-(ENOSPC itself, at each stage of a write, is simulated in process: tests/unit/test_checkpoint_faults.py.)"""
+(ENOSPC itself, at each stage of a write, is simulated in process: tests/unit/checkpoint/test_checkpoint_faults.py.)"""
 
 import ctypes
 import os
@@ -11,12 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import RunSpec  # noqa: E402  (the tiny run spec the kill tests use)
+from tests.support.killing import RunSpec  # the tiny run spec the kill tests use
 
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE = 24, 1
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FAST, TINY, read_jsonl
+from tests.support.cli import read_jsonl
+from tests.support.recipes import FAST, TINY
 
 pytest.importorskip("wandb")
 pytest.importorskip("mlflow")

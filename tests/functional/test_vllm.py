@@ -3,7 +3,7 @@ sampler and trainer, in-place refit (with a negative control), seeded reproducib
 ranks, under Ray, and through a kill and resume.
 
 Slow (each process imports vLLM and builds an engine): marked ``vllm``; skipped only where vLLM is not
-installed. The in-process checks share one engine (vllm_probe.py, run once per module)."""
+installed. The in-process checks share one engine (tests/support/vllm_probe.py, run once per module)."""
 
 import importlib.util
 import json
@@ -13,19 +13,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-from conftest import FAST, TINY, read_jsonl, run_cli
+from tests.support.cli import read_jsonl, run_cli
+from tests.support.killing import PAUSE_ENV, KillPoint, RunSpec, comparable_metrics, kill_at, launch
+from tests.support.recipes import FAST, REPO, TINY
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
 ]
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from killing import PAUSE_ENV, KillPoint, RunSpec, comparable_metrics, kill_at, launch  # noqa: E402
 
 VLLM = ["policy.generation.backend=vllm"]
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
@@ -34,13 +32,13 @@ RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2
 @pytest.fixture(scope="module")
 def probe(sft_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_probe") / "probe.json"
-    script = Path(__file__).with_name("vllm_probe.py")
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # where tests.support is
     proc = subprocess.run(
-        [sys.executable, str(script), str(sft_dir), str(out)],
+        [sys.executable, "-m", "tests.support.vllm_probe", str(sft_dir), str(out)],
         capture_output=True,
         text=True,
         timeout=900,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path),
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
@@ -195,7 +193,7 @@ def test_kill_and_resume_reproduces_the_run(tmp_path):
 def test_multi_turn_episodes_on_the_engine(cli_runs, sft_dir):
     """Episodes around the vLLM engine (docs/episodes.md): several turns with observations between them, and the
     engine's log-probs of the policy's tokens agree with the trainer's (observation tokens are in no comparison)."""
-    env = Path(__file__).with_name("episode_env.py")
+    env = REPO / "tests" / "support" / "episode_env.py"
     episodes = [f"env.class={env}:Tick", "env.stop=[a,e,o,' ']", "env.max_turns=3", "env.max_total_tokens=60"]
     run_cli(_args(sft_dir, "episodes", 2, 1, *episodes), cli_runs)
     records = _steps(cli_runs, "episodes")

@@ -1,7 +1,7 @@
 """The kill -9 campaign (`make reliability`): seeded random kills of tiny PPO runs, each resumed to the end
-and compared exactly with an uninterrupted run of the same layout (see killing.py for what is checked).
+and compared exactly with an uninterrupted run of the same layout (see tests/support/killing.py for what is checked).
 
-    python tests/reliability/kill_campaign.py [--trials 20] [--async-trials 8] [--seed 0] [--workdir DIR] [--keep]
+    python -m tests.reliability.kill_campaign [--trials 20] [--async-trials 8] [--seed 0] [--workdir DIR] [--keep]
         [--out FILE]
 
 Trials alternate one and two ranks; then the async trials: one training rank and one generation rank,
@@ -9,7 +9,7 @@ generation two steps ahead (``ppo.max_lag=2``), 6 steps, so a kill lands with ba
 one kill (a fifth of them two: the second lands in the resumed launch). Kinds are drawn by the seeded RNG: inside a
 checkpoint write (at a random fraction of the write's 4 test pauses, for a random step), at a random moment of the
 run, or (two ranks) of one rank only (in the async trials: the training or the generation rank). Writes
-bench/results/kill_campaign.json (or ``--out``) and prints a summary; exits 1 if any trial failed.
+bench/results/reliability/kill_campaign.json (or ``--out``) and prints a summary; exits 1 if any trial failed.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from killing import REPO, KillPoint, RunSpec, TrialResult, reference_run, run_trial  # noqa: E402
+from tests.support.killing import KillPoint, RunSpec, TrialResult, reference_run, run_trial
+from tests.support.recipes import REPO
 
 STEPS = 3
-RESULTS = REPO / "bench" / "results" / "kill_campaign.json"
+RESULTS = REPO / "bench" / "results" / "reliability" / "kill_campaign.json"
 ASYNC = ("cluster.generation_ranks=1", "ppo.max_lag=2", "loss.rollout_is=token")
 LAYOUTS = {
     "1 rank": RunSpec(steps=STEPS, ranks=1),

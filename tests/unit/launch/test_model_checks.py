@@ -1,0 +1,115 @@
+"""What a recipe asks of real model directories is checked by ``preflight``: one ConfigError naming the key, before
+any model is built (tests/support/hf_fixtures.py builds the directories)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from transformers import GPTNeoXJapaneseConfig
+
+from dtppo.config import ConfigError
+from dtppo.launch.preflight import preflight
+from tests.support.hf_fixtures import NO_SYSTEM_TEMPLATE, QWEN_TEMPLATE, with_chat_template
+from tests.support.recipes import tiny_config
+
+
+def load(model: Path, *overrides: str):
+    cfg = tiny_config("ppo.init_from_sft=false", f"policy.model.path={model}", *overrides)
+    preflight(cfg)
+    return cfg
+
+
+def two_ranks(*overrides: str) -> list[str]:
+    return ["cluster.workers_per_node=2", *overrides]
+
+
+def test_a_real_model_directory_loads(qwen_dir, llama_dir, gpt2_dir):
+    for model in (qwen_dir, llama_dir, gpt2_dir):
+        assert load(model, *two_ranks()).policy.model.path == str(model)
+
+
+def test_tensor_parallelism_is_checked_against_the_real_heads(qwen_dir, llama_dir):
+    # 2 query heads and 1 kv head (Qwen2.5-0.5B/1.5B's 7:1 at tp=4 would fail the same way, after a rollout)
+    with pytest.raises(
+        ConfigError,
+        match=r"^policy\.parallel\.tp: 2 must divide the model's num_key_value_heads "
+        r"\(1;",
+    ):
+        load(qwen_dir, *two_ranks("policy.parallel.tp=2"))
+    with pytest.raises(ConfigError, match=r"^value\.parallel\.tp: 2 must divide the model's num_key_value_heads"):
+        load(qwen_dir, *two_ranks("value.parallel.tp=2"))
+    assert load(llama_dir, *two_ranks("policy.parallel.tp=2", "value.parallel.tp=2")).value.parallel.tp == 2
+
+
+def test_an_architecture_the_tensor_parallel_plan_does_not_know_is_refused(gpt2_dir, capfd):
+    with pytest.raises(
+        ConfigError,
+        match=r"^policy\.parallel\.tp: tensor parallelism supports Qwen2/Llama-style "
+        r"blocks .*; gpt2 \(policy\.model\.path\) is laid out otherwise",
+    ):
+        load(gpt2_dir, *two_ranks("policy.parallel.tp=2"))
+    # FSDP alone shards GPT-2 per block (transformer.h): no warning
+    load(gpt2_dir, *two_ranks())
+    assert "WARNING" not in capfd.readouterr().err
+
+
+def test_a_critic_with_another_vocabulary_is_refused(qwen_dir, llama_dir):
+    with pytest.raises(ConfigError, match=r"^value\.model\.path: its tokenizer \(\d+ tokens\) is not the policy's"):
+        load(qwen_dir, f"value.model.path={llama_dir}")
+    # the policy's own directory as the critic, or no critic (grpo), is fine
+    assert load(qwen_dir, f"value.model.path={qwen_dir}").value.model.path == str(qwen_dir)
+    load(qwen_dir, f"value.model.path={llama_dir}", "ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=2")
+
+
+def test_a_missing_chat_template_is_refused(qwen_dir, tmp_path):
+    bare = with_chat_template(qwen_dir, tmp_path / "base-model", None)
+    with pytest.raises(ConfigError, match=r"^policy\.model\.path: the tokenizer of .*base-model has no chat template"):
+        load(bare)
+
+
+def test_a_template_that_refuses_the_system_turn_is_named_with_the_system_prompt(qwen_dir, tmp_path):
+    strict = with_chat_template(qwen_dir, tmp_path / "no-system", NO_SYSTEM_TEMPLATE)
+    assert load(strict).data.system_prompt is None  # no system turn asked for: fine
+    with pytest.raises(
+        ConfigError,
+        match=r"^data\.system_prompt: the chat template of .*no-system refuses a system "
+        r"turn \(TemplateError: System role not supported\)",
+    ):
+        load(strict, "data.system_prompt=Be brief.")
+
+
+def test_activation_checkpointing_is_refused_for_a_model_class_without_it(qwen_dir, tmp_path):
+    # GPT-NeoX-Japanese: a transformers causal LM whose class has supports_gradient_checkpointing = False
+    other = with_chat_template(qwen_dir, tmp_path / "neox-ja", QWEN_TEMPLATE)
+    GPTNeoXJapaneseConfig(
+        vocab_size=800, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_multiple_size=1
+    ).to_json_file(str(other / "config.json"))
+    assert load(other).policy.activation_checkpointing is False  # off by default: loads
+    for section in ("policy", "value"):  # the critic starts from the policy's directory
+        expected = (
+            rf"^{section}\.activation_checkpointing: GPTNeoXJapanese(ForCausalLM|Model) \(gpt_neox_japanese, "
+            rf"policy\.model\.path\) has no activation checkpointing in transformers"
+        )
+        with pytest.raises(ConfigError, match=expected):
+            load(other, f"{section}.activation_checkpointing=true")
+    assert load(
+        qwen_dir, "policy.activation_checkpointing=true", "value.activation_checkpointing=true", *two_ranks()
+    ).value.activation_checkpointing
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_a_head_size_the_vllm_cpu_build_cannot_run_is_refused():
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("a GPU build of vLLM has no such limit")
+    vllm = ["policy.generation.backend=vllm", "policy.model.tiny.hidden_size=64"]  # 4 heads of 16
+    with pytest.raises(
+        ConfigError,
+        match=r"^policy\.generation\.backend: vLLM's CPU build has attention kernels "
+        r"for head sizes \[32, .*\], and the policy's is 16",
+    ):
+        preflight(tiny_config(*vllm))
+    preflight(tiny_config(*vllm[:1]))  # 128 / 4 = 32
