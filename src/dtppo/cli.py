@@ -141,7 +141,7 @@ def _absolute_paths(tree: dict) -> dict:
 
 
 def _launcher(cluster: config_lib.ClusterConfig) -> RankLauncher:
-    """Where the ranks run: this machine (spawned processes / torchrun) or Ray actors."""
+    """Where the ranks run: this machine (local processes / torchrun) or Ray actors."""
     if cluster.backend == "ray":
         from dtppo.launch.ray import RayLauncher
 
@@ -154,7 +154,10 @@ def _launcher(cluster: config_lib.ClusterConfig) -> RankLauncher:
         return launcher
     from dtppo.launch.launcher import LocalLauncher
 
-    return LocalLauncher(cluster.world_size, cluster.generation_ranks)
+    # what every rank imports, loaded once in the process local ranks are forked from
+    return LocalLauncher(
+        cluster.world_size, cluster.generation_ranks, preload=("dtppo.ppo.trainer", "dtppo.sft.trainer")
+    )
 
 
 def _rank(fn: Callable[..., None], *args) -> None:

@@ -2,24 +2,16 @@
 ppo.max_consecutive_nonfinite_steps in a row stop the run with exit 3 and one line; the checkpoints left
 behind hold only finite numbers."""
 
-import os
-import subprocess
-import sys
-
 import torch
 
-from tests.support.cli import checkpoint_tensors, read_jsonl
+from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
 from tests.support.killing import RunSpec  # the tiny run spec the kill tests use
 
 
 def test_nonfinite_steps_are_skipped_counted_and_a_streak_stops_the_run(tmp_path):
     # 8 samples per step, minibatches of 4: the policy takes optimizer steps 2k-2 and 2k-1 in PPO step k.
     # Step 2's first is NaN (an isolated skip); all of step 3 and the first of step 4 make a streak of 3.
-    env = dict(os.environ, PYTHONUNBUFFERED="1", DTPPO_TEST_NONFINITE="policy:2,4,5,6")
-    args = RunSpec(steps=5).args("run")
-    proc = subprocess.run(
-        [sys.executable, "-m", "dtppo", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-    )
+    proc = run_cli(RunSpec(steps=5).args("run"), tmp_path, check=False, env={"DTPPO_TEST_NONFINITE": "policy:2,4,5,6"})
     assert proc.returncode == 3, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("dtppo: error")]
     assert errors == [

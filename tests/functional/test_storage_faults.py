@@ -14,12 +14,17 @@ import sys
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.killing import RunSpec  # the tiny run spec the kill tests use
 
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE = 24, 1
 
 
 def _launch(cwd, name, steps, preexec_fn=None):
+    """The tiny kill-test run in ``cwd``; with ``preexec_fn`` (a limit the command starts under) in a process of its
+    own, else as the CLI tests run it (``run_cli``)."""
+    if preexec_fn is None:
+        return run_cli(RunSpec(steps=steps).args(name), cwd, check=False)
     return subprocess.run(
         [sys.executable, "-m", "dtppo", *RunSpec(steps=steps).args(name)],
         cwd=cwd,

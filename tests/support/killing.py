@@ -177,8 +177,11 @@ def _settle(pgid: int, timeout: float = 10.0) -> int:
 
 
 def rank_processes(proc: subprocess.Popen) -> list[int]:
-    """The ranks a launcher spawned (torch.multiprocessing 'spawn' children), by pid."""
-    return sorted(pid for pid, ppid, cmd in group_members(proc.pid) if ppid == proc.pid and "spawn_main" in cmd)
+    """The local ranks of the run ``proc`` launched, by pid: the children of its multiprocessing forkserver
+    (``distributed.launch.run_ranks``)."""
+    members = group_members(proc.pid)
+    servers = {pid for pid, ppid, cmd in members if ppid == proc.pid and "multiprocessing.forkserver" in cmd}
+    return sorted(pid for pid, ppid, _ in members if ppid in servers)
 
 
 # ---------------------------------------------------------------------------------------------- one trial

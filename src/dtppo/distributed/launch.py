@@ -54,9 +54,17 @@ def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def run_ranks(fn: Callable[..., None], world_size: int, *args, generation_ranks: int = 0) -> None:
+def run_ranks(
+    fn: Callable[..., None], world_size: int, *args, generation_ranks: int = 0, preload: tuple[str, ...] = ()
+) -> None:
     """Call ``fn(*args)`` once per rank with the process group initialised (none for a single CPU process); the
-    last ``generation_ranks`` ranks get a world of their own (module docstring)."""
+    last ``generation_ranks`` ranks get a world of their own (module docstring).
+
+    Local ranks are forked from a server process that imported torch, transformers, ``fn``'s module and the modules
+    in ``preload`` once (multiprocessing's forkserver, started at this process's first launch): a process that
+    launches ranks again (a benchmark, a test session) starts them without importing the stack each time. Each rank
+    then takes this process's working directory and environment as they are at the launch, as a spawned
+    interpreter would."""
     if under_torchrun():
         if int(os.environ["WORLD_SIZE"]) != world_size:
             raise ValueError(
@@ -75,18 +83,31 @@ def run_ranks(fn: Callable[..., None], world_size: int, *args, generation_ranks:
         fn(*args)
     else:
         port = _free_port()
+        context = mp.get_context("forkserver")
+        context.set_forkserver_preload(["torch", "transformers", fn.__module__, *preload])  # once: at its start
+        launching = (os.getcwd(), dict(os.environ))
         mp.start_processes(
             _spawned_rank,
-            args=(world_size, port, fn, args, generation_ranks),
+            args=(world_size, port, fn, args, generation_ranks, launching),
             nprocs=world_size,
             join=True,
-            start_method="spawn",
+            start_method="forkserver",
         )
 
 
 def _spawned_rank(
-    local_rank: int, world_size: int, port: int, fn: Callable[..., None], args: tuple, generation_ranks: int
+    local_rank: int,
+    world_size: int,
+    port: int,
+    fn: Callable[..., None],
+    args: tuple,
+    generation_ranks: int,
+    launching: tuple[str, dict[str, str]],
 ) -> None:
+    cwd, environ = launching  # the launching process's, now: the forkserver holds those of its own start
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environ)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),

@@ -28,15 +28,16 @@ class RankLauncher(Protocol):
 
 
 class LocalLauncher:
-    """Ranks on this machine: this process alone, or spawned local processes (or the torchrun ranks); the last
-    ``generation_ranks`` of them generate (``cluster.generation_ranks``)."""
+    """Ranks on this machine: this process alone, or local processes (or the torchrun ranks); the last
+    ``generation_ranks`` of them generate (``cluster.generation_ranks``). ``preload``: modules the ranks import,
+    loaded once before local ranks are started (``run_ranks``)."""
 
-    def __init__(self, world_size: int, generation_ranks: int = 0):
-        self.world_size, self.generation_ranks = world_size, generation_ranks
+    def __init__(self, world_size: int, generation_ranks: int = 0, preload: tuple[str, ...] = ()):
+        self.world_size, self.generation_ranks, self.preload = world_size, generation_ranks, preload
 
     def run(self, fn: Callable[..., None], *args) -> None:
         try:
-            run_ranks(fn, self.world_size, *args, generation_ranks=self.generation_ranks)
+            run_ranks(fn, self.world_size, *args, generation_ranks=self.generation_ranks, preload=self.preload)
         except mp.ProcessExitedException as err:
             first_generation = self.world_size - self.generation_ranks
             if self.generation_ranks == 0 or err.error_index < first_generation:
