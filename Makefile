@@ -30,10 +30,11 @@ demo: $(STAMP)
 	$(PY) -m bench.learning.critic alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo \
 		--show-output --plot --expect bench/results/learning/demo_expected.json
 
-# `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 15 minutes on 2 cores;
-# `make test-all` runs every test.
+# `make test` leaves out the tests marked slow (docs in pyproject's markers) to stay under 10 minutes on 2 cores, and
+# prints its 20 slowest tests (where the time goes: docs/performance.md, "make test's time"); `make test-all` runs
+# every test.
 test: lint
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" --durations=20 tests
 
 test-all: lint
 	$(PY) -m pytest -q tests
