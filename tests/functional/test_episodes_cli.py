@@ -83,6 +83,8 @@ def test_episodes_are_layout_invariant_and_grpo_trains_on_their_returns(tmp_path
     assert any(r["train/advantages/max"] > 0 for r in grpo_metrics)
 
 
+@pytest.mark.slow  # a kill inside the checkpoint write: test_kill.py; episodes end within a step, and their layouts
+# are compared above (test_episodes_are_layout_invariant_and_grpo_trains_on_their_returns)
 def test_an_episode_run_killed_in_a_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
     spec = _spec(2)
     ckpt, log = tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"

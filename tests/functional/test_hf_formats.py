@@ -127,6 +127,7 @@ def test_qwen_format_torch_at_two_ranks_then_eval_export_and_reload(qwen_dir, tm
 
 
 @needs_vllm
+@pytest.mark.slow  # the vllm backend's CLI runs are test_vllm.py's, Qwen's format and stop token the torch run above
 def test_qwen_format_vllm(qwen_dir, tmp_path):
     _, proc = _ppo(qwen_dir, tmp_path, *VLLM)
     steps = _steps(tmp_path)
