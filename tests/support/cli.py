@@ -39,7 +39,7 @@ def run_cli(args, cwd, timeout=900, check=True, env=None) -> subprocess.Complete
 
 def _forks(env: dict[str, str]) -> bool:
     """Whether a command with ``env`` can run in a forked child: nothing it sets is read at import time."""
-    if env.get("DTPPO_TEST_CLI", os.environ.get("DTPPO_TEST_CLI", "fork")) == "subprocess":
+    if env.get("DTPPO_TEST_CLI") == "subprocess":  # env holds this process's environment too
         return False
     return all(env.get(name) == os.environ.get(name) for name in IMPORT_TIME_ENV)
 
