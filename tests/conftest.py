@@ -50,3 +50,18 @@ def gpt2_dir(tmp_path_factory):
     from tests.support.hf_fixtures import gpt2_format_dir
 
     return gpt2_format_dir(tmp_path_factory.mktemp("gpt2-format") / "model")
+
+
+@pytest.fixture(scope="session")
+def family_dirs(tmp_path_factory):
+    """family -> a model directory of that family (tests/support/families.py), built once per session; read-only."""
+    from tests.support.families import family_dir
+
+    built: dict = {}
+
+    def get(family: str):
+        if family not in built:
+            built[family] = family_dir(tmp_path_factory.mktemp(f"{family}-format") / "model", family)
+        return built[family]
+
+    return get

@@ -116,7 +116,7 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
     source, _ = build_sources(cfg, tokenizer=tokenizer)
     problems = [source[i] for i in range(offset, offset + num_prompts)]
     repeated = [p for p in problems for _ in range(num_samples)]
-    prompts = encode_prompts(tokenizer, repeated, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    prompts = encode_prompts(tokenizer, repeated, cfg.data)
     gen = cfg.policy.generation
     generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id)
     experience = generator.sample(

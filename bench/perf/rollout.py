@@ -118,7 +118,7 @@ def main() -> None:
         None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id, cfg.ppo.seed
     ).eval()
     problems = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed).next_batch(args.batch)
-    prompts = encode_prompts(tok, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    prompts = encode_prompts(tok, problems, cfg.data)
     variants = build_variants(model, prompts, tok.pad_token_id, args.new_tokens, not args.no_compile)
     load_before = os.getloadavg()
     first_call = {}

@@ -168,7 +168,7 @@ def main() -> None:
     cfg = config_lib.load(RECIPE, ["ppo.init_from_sft=false"])
     tok = build_char_tokenizer()
     problems = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed).next_batch(args.batch)
-    prompts = encode_prompts(tok, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    prompts = encode_prompts(tok, problems, cfg.data)
     rows = [row for name in args.models.split(",") for row in measure_model(name, args, prompts, tok, command)]
     print(
         f"import vllm: {import_s:.1f} s; {args.batch} prompts x {args.new_tokens} new tokens; 1 thread; "

@@ -112,9 +112,7 @@ def step_prompts(cfg, tokenizer, batch: int, steps: int) -> list[list[int]]:
     loader = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed)
     prompts: list[list[int]] = []
     for _ in range(steps):
-        prompts += encode_prompts(
-            tokenizer, loader.next_batch(batch), cfg.data.system_prompt, cfg.data.max_prompt_tokens
-        )
+        prompts += encode_prompts(tokenizer, loader.next_batch(batch), cfg.data)
     return prompts
 
 

@@ -255,7 +255,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     from dtppo.checkpoint.export import export_checkpoint
 
-    for path in export_checkpoint(args.checkpoint_dir, args.out_dir):
+    try:
+        written = export_checkpoint(args.checkpoint_dir, args.out_dir, tuple(args.overrides))
+    except config_lib.ConfigError as err:  # an export.* key of the command
+        _config_error(err)
+    for path in written:
         print(f"wrote {path}")
 
 
@@ -321,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write HF safetensors for the policy and the critic")
     export.add_argument("checkpoint_dir", type=Path)
     export.add_argument("out_dir", type=Path)
+    export.add_argument("overrides", nargs="*", help="export.key=value (e.g. export.dtype=bfloat16)")
     export.set_defaults(fn=cmd_export)
     plot = sub.add_parser("plot", help="write PNG curves from LOG_DIR/metrics.jsonl (several runs overlaid)")
     plot.add_argument("log_dirs", type=Path, nargs="+")

@@ -31,7 +31,7 @@ def responses(experience) -> list[list[int]]:
 def sampling_checks(trainer: PPOTrainer) -> dict:
     """Greedy tokens of both backends on the same weights; reruns, batch splits and order of seeded samples."""
     cfg, worker, tok = trainer.cfg, trainer.policy.worker, trainer.tokenizer
-    prompts = encode_prompts(tok, trainer.validation_problems[:16], cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    prompts = encode_prompts(tok, trainer.validation_problems[:16], cfg.data)
     ids, key, n = torch.arange(16), stream_key(cfg.ppo.seed, 0), cfg.policy.generation.max_new_tokens
     greedy = SamplingParams(n, greedy=True)
     by_vllm = worker.generator.sample(SampleRequest(prompts, greedy, key, ids))

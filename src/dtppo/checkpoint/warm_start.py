@@ -3,13 +3,13 @@ only: the optimizer and the schedule start fresh, as NeMo-RL's ``warm_start_valu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from dtppo.checkpoint.export import checkpoint_models, merged_copy
 from dtppo.errors import InputError
+from dtppo.models.critic_format import is_exported_critic
 from dtppo.models.value import ValueModel
 
 KEY = "value.warm_start"
@@ -18,23 +18,15 @@ KEY = "value.warm_start"
 def load_warm_start(critic: ValueModel, path: str) -> None:
     """Load the critic at ``path`` into ``critic`` (unwrapped, without adapters), in place. The source's state must
     have ``critic``'s names and shapes: another architecture or vocabulary is refused with one line."""
-    source = _exported_critic(Path(path)) if _is_exported_critic(Path(path)) else _checkpoint_critic(path)
+    source = _exported_critic(Path(path)) if is_exported_critic(Path(path)) else _checkpoint_critic(path)
     mismatch = _mismatch(critic.state_dict(), source)
     if mismatch is not None:
         raise InputError(f"{KEY}: {path} holds a critic of another architecture or vocabulary ({mismatch})")
     critic.load_state_dict(source)
 
 
-def _is_exported_critic(path: Path) -> bool:
-    config = path / "config.json"
-    if not config.is_file():
-        return False
-    architectures = json.loads(config.read_text()).get("architectures") or []
-    return any(name.endswith("ForTokenClassification") for name in architectures)
-
-
 def _exported_critic(path: Path) -> dict[str, torch.Tensor]:
-    """``dtppo export``'s ``critic`` directory (token classification, one label), read from safetensors only."""
+    """``dtppo export``'s ``critic`` directory (either layout: ``models.critic_format``), read from safetensors only."""
     if not any(path.glob("*.safetensors")):
         raise InputError(f"{KEY}: {path} has no *.safetensors (a critic's weights are read from safetensors only)")
     return ValueModel.from_pretrained(path).state_dict()

@@ -15,9 +15,16 @@ from dtppo.config.inputs import (
     SFTConfig,
     TinyMathConfig,
 )
-from dtppo.config.loading import from_dict, load
+from dtppo.config.loading import apply_overrides, from_dict, load
 from dtppo.config.rules import ConfigError
-from dtppo.config.run import CheckpointingConfig, ClusterConfig, LoggerConfig, MlflowConfig, WandbConfig
+from dtppo.config.run import (
+    CheckpointingConfig,
+    ClusterConfig,
+    ExportConfig,
+    LoggerConfig,
+    MlflowConfig,
+    WandbConfig,
+)
 from dtppo.config.schema import Config
 from dtppo.config.training import (
     DynamicSamplingConfig,
@@ -38,6 +45,7 @@ from dtppo.config.training import (
 
 __all__ = [
     "TASK_VERIFIERS",
+    "apply_overrides",
     "check_sft",
     "batch_clamp_notes",
     "from_dict",
@@ -51,6 +59,7 @@ __all__ = [
     "DatasetConfig",
     "DynamicSamplingConfig",
     "EnvConfig",
+    "ExportConfig",
     "GenerationConfig",
     "LoggerConfig",
     "LoraConfig",

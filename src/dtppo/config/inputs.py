@@ -84,6 +84,10 @@ class DataConfig:
     """The synthetic task's generator."""
     system_prompt: str | None = None
     """Prepended as the system turn (to a message list only if it has no system turn); null = none."""
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    """Variables of the policy's chat template, given to every rendering of it (prompts, SFT rows, validation,
+    the observation turns of episodes, preflight's check), e.g. ``{enable_thinking: false}`` for Qwen3: a mapping of
+    names to strings, numbers, booleans or null. A name the template does not read is refused at start."""
     max_prompt_tokens: int = 256
     """Rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
     on_bad_row: Literal["skip", "error"] = "skip"
@@ -93,6 +97,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         at_least(self, 1, "max_prompt_tokens")
+        _check_template_kwargs(self.chat_template_kwargs)
         if self.task != "tiny_math":
             for name, dataset in [("train", self.train), ("validation", self.validation)]:
                 require(dataset.path is not None, f"{name}.path", f"required when data.task is {self.task}")
@@ -103,6 +108,36 @@ class DataConfig:
                 "answer_key",
                 "must name the reference column, or be null",
             )
+
+
+# What apply_chat_template and its template already take from dtppo or the tokenizer on every rendering.
+_TEMPLATE_OWN_NAMES = frozenset(
+    {"conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt"}
+    | {"continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict"}
+    | {"return_assistant_tokens_mask", "tokenizer_kwargs", "bos_token", "eos_token", "unk_token", "sep_token"}
+    | {"pad_token", "cls_token", "mask_token", "additional_special_tokens"}
+)
+
+
+def _check_template_kwargs(pairs: Any) -> None:
+    """``data.chat_template_kwargs``: (name, JSON scalar) pairs, none of them a name dtppo or transformers sets."""
+    key = "chat_template_kwargs"
+    require(
+        isinstance(pairs, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in pairs),
+        key,
+        f"expected a mapping of names to values, got {pairs!r}",
+    )
+    for name, value in pairs:
+        require(isinstance(name, str) and name.isidentifier(), key, f"{name!r} is not a template variable name")
+        finite = isinstance(value, float) and math.isfinite(value)
+        scalar = value is None or isinstance(value, (str, bool, int)) or finite
+        require(scalar, f"{key}.{name}", f"expected a string, number, boolean or null (a JSON scalar), got {value!r}")
+        require(
+            name not in _TEMPLATE_OWN_NAMES,
+            f"{key}.{name}",
+            "is set on every rendering by dtppo or transformers (the messages, the generation prompt, the tokenizer's "
+            "special tokens): it cannot be given here",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

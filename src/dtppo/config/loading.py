@@ -29,16 +29,21 @@ _YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a recipe (with its ``defaults:`` chain), apply ``key=value`` overrides, validate, freeze."""
-    tree = _read_recipe(Path(recipe), seen=())
+    tree = apply_overrides(_read_recipe(Path(recipe), seen=()), overrides)
+    cfg = _build(Config, tree, path="")
+    check(cfg)
+    warn_unusual(cfg)
+    return cfg
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``tree`` with each ``section.key=value`` set in it (values parsed as YAML scalars), in place."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"{item}: overrides are written section.key=value")
         _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
-    cfg = _build(Config, tree, path="")
-    check(cfg)
-    warn_unusual(cfg)
-    return cfg
+    return tree
 
 
 def from_dict(tree: dict[str, Any]) -> Config:

@@ -89,6 +89,17 @@ class CheckpointingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExportConfig:
+    """``dtppo export``: the HF directories written from a checkpoint."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """The dtype of the exported policy's and critic's weights, named in their config.json. ``auto``: each model's
+    source dtype, the ``dtype`` (or ``torch_dtype``) of the config.json it was loaded from (float32 for a model built
+    from ``*.model.tiny``, none named, or another dtype); training runs in float32 either way. Also given to the
+    command: ``dtppo export CKPT OUT export.dtype=float32``."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
     """Where the ranks run and how policy and critic share them."""
 

@@ -22,7 +22,7 @@ from dtppo.config.inputs import (
     RewardConfig,
     SFTConfig,
 )
-from dtppo.config.run import CheckpointingConfig, ClusterConfig, LoggerConfig
+from dtppo.config.run import CheckpointingConfig, ClusterConfig, ExportConfig, LoggerConfig
 from dtppo.config.training import (
     LossConfig,
     PolicyConfig,
@@ -56,6 +56,8 @@ class Config:
     """Metrics output."""
     checkpointing: CheckpointingConfig = field(default_factory=CheckpointingConfig)
     """Checkpoints and resume."""
+    export: ExportConfig = field(default_factory=ExportConfig)
+    """``dtppo export``'s HF directories."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """Ranks and their placement."""
 

@@ -123,9 +123,10 @@ class GenerationConfig:
     """KV-cache memory of each rank's vLLM engine, in MiB (vLLM's ``kv_cache_memory_bytes``)."""
     decoder: Literal["auto", "hf", "static"] = "auto"
     """torch backend: what computes the next-token logits. ``static``: dtppo's static-KV decoder (preallocated
-    cache, q/k/v and gate/up stacked, a dozen kernels per layer per token), for plain Qwen2/Llama decoders only;
-    ``hf``: the model's own forward with its cache, any architecture; ``auto``: static where it applies, else hf.
-    The choice is printed at start."""
+    cache, q/k/v and gate/up stacked, a dozen kernels per layer per token), for Qwen2, Qwen3, Llama, Mistral and
+    Gemma 3 text decoders (``generation.decoder_weights``); ``hf``: the model's own forward with its cache, any
+    architecture; ``auto``: static where it applies, else hf. The choice is printed at start, with the reason when
+    ``auto`` falls back to hf."""
     decode_graph: bool = False
     """torch backend: run each decode step as one compiled graph (``torch.compile``, mode ``reduce-overhead``: on
     GPUs a CUDA graph replayed per token, so a step costs one launch instead of hundreds; on CPU inductor's

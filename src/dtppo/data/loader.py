@@ -8,7 +8,8 @@ from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from dtppo.config import Config, DatasetConfig
+from dtppo.config import Config, DataConfig, DatasetConfig
+from dtppo.data.chat import ChatFormat
 from dtppo.data.formats import row_format
 from dtppo.data.problem import Problem, Prompt
 from dtppo.data.rows import RowFormat, RowRules, read_jsonl
@@ -70,7 +71,7 @@ def build_sources(
         rules = RowRules(
             data.on_bad_row,
             data.max_prompt_tokens,
-            None if tokenizer is None else _prompt_length(tokenizer, data.system_prompt),
+            None if tokenizer is None else _prompt_length(tokenizer, ChatFormat.of(data)),
         )
         fmt = row_format(data)
         return (
@@ -91,11 +92,11 @@ def load_problems(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | 
     return read_hf(key, source, fmt, limit, rules)[0]
 
 
-def _prompt_length(tokenizer: PreTrainedTokenizerBase, system_prompt: str | None):
+def _prompt_length(tokenizer: PreTrainedTokenizerBase, chat: ChatFormat):
     """Tokens of a prompt, counted exactly as ``encode_prompts`` encodes it."""
 
     def length(prompt: Prompt) -> int:
-        text = format_prompt(tokenizer, prompt, system_prompt)
+        text = format_prompt(tokenizer, prompt, chat)
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     return length
@@ -110,17 +111,16 @@ def conversation(prompt: Prompt, system_prompt: str | None) -> list[dict[str, st
     return messages
 
 
-def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, system_prompt: str | None) -> str:
-    """The prompt text through the tokenizer's chat template (ours or the model's)."""
-    return tokenizer.apply_chat_template(
-        conversation(prompt, system_prompt), add_generation_prompt=True, tokenize=False
-    )
+def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, chat: ChatFormat) -> str:
+    """The prompt text through the tokenizer's chat template (ours or the model's), with ``chat``'s system prompt
+    and template variables, ending with the generation prompt."""
+    return chat.render(tokenizer, conversation(prompt, chat.system_prompt), add_generation_prompt=True)
 
 
-def encode_prompts(
-    tokenizer: PreTrainedTokenizerBase, problems: list[Problem], system_prompt: str | None, max_tokens: int
-) -> list[list[int]]:
-    """Token ids of each prompt; a prompt over ``max_tokens`` keeps its last ``max_tokens`` tokens."""
-    texts = [format_prompt(tokenizer, p.question, system_prompt) for p in problems]
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, problems: list[Problem], data: DataConfig) -> list[list[int]]:
+    """Token ids of each prompt, rendered as ``data`` says (``system_prompt``, ``chat_template_kwargs``); a prompt
+    over ``data.max_prompt_tokens`` keeps its last ``max_prompt_tokens`` tokens."""
+    chat = ChatFormat.of(data)
+    texts = [format_prompt(tokenizer, p.question, chat) for p in problems]
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [row[-max_tokens:] for row in ids]
+    return [row[-data.max_prompt_tokens :] for row in ids]

@@ -1,5 +1,6 @@
-"""Next-token logits for the sampler: a static-KV-cache decoder for Qwen2/Llama-shaped models, and a generic
-fallback that calls the HF model with its own cache.
+"""Next-token logits for the sampler: a static-KV-cache decoder for the model families of
+``generation.decoder_weights`` (Qwen2, Qwen3, Llama, Mistral, Gemma 3 text), and a generic fallback that calls the
+HF model with its own cache.
 
 Why a decoder of our own: at rollout sizes a decode step is a few small matmuls, and the HF forward spends as
 long again on Python, per-module dispatch, mask building and cache bookkeeping. ``StaticKVDecoder`` reads the
@@ -7,73 +8,36 @@ HF model's weights (q/k/v and gate/up stacked once per ``generate`` call, since 
 calls), preallocates the KV cache for the whole rollout, precomputes the rotary factors, and runs about a
 dozen kernels per layer per token. The math is the HF model's, in the same precision; the unit tests compare
 generation log-probs with a full HF forward.
+
+Sliding-window layers keep every column in the cache and mask the keys older than their window, as HF's masks
+do (a query at column i sees keys j with i - j < window); layers of one window share one mask per step.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
-_STATIC_MODEL_TYPES = ("qwen2", "llama")
+from dtppo.generation.decoder_weights import _Dims, _LayerWeights, read_dims, read_layer, read_top
 
 
-@dataclass(frozen=True)
-class _Dims:
-    n_q: int  # query heads
-    n_kv: int  # key/value heads
-    head_dim: int
-    eps: float  # RMSNorm epsilon
-
-
-@dataclass(frozen=True)
-class _LayerWeights:
-    ln1: torch.Tensor  # [H]
-    qkv: torch.Tensor  # [(Hq + 2·Hkv)·D, H]: q, k, v stacked; q and k rows in interleaved-RoPE order
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor  # [H, Hq·D]
-    o_bias: torch.Tensor | None
-    ln2: torch.Tensor  # [H]
-    gate_up: torch.Tensor  # [2·I, H]: gate, up stacked
-    down: torch.Tensor  # [H, I]
-
-
-def static_decoder_supported(model: PreTrainedModel) -> bool:
-    """True for plain Qwen2/Llama decoders: full attention, default RoPE, SiLU MLP without bias, no q/k norms."""
-    config, inner = model.config, getattr(model, "model", None)
-    if config.model_type not in _STATIC_MODEL_TYPES or inner is None or not hasattr(inner, "layers"):
-        return False
-    rope_type = getattr(getattr(inner, "rotary_emb", None), "rope_type", None)
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    return (
-        rope_type == "default"
-        and set(layer_types) == {"full_attention"}
-        and getattr(config, "hidden_act", "silu") == "silu"
-        and not getattr(config, "mlp_bias", False)
-        and not hasattr(inner.layers[0].self_attn, "q_norm")
-    )
-
-
-def _interleave_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Reorder each head's D rows (or entries) from HF's halves layout [0..D/2 | D/2..D] to pairs (j, j+D/2).
-
-    RoPE then is one complex multiply instead of slice + negate + concatenate. Queries and keys are
-    permuted alike, so every q·k dot product (and the attention output, which uses unpermuted values) is
-    unchanged. x: [num_heads·D, ...] -> same shape.
-    """
-    head_dim = x.shape[0] // num_heads
-    heads = x.reshape(num_heads, 2, head_dim // 2, *x.shape[1:])
-    return heads.transpose(1, 2).reshape(x.shape)
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's Qwen2/Llama RMSNorm, op for op (normalise in fp32, scale in the model dtype)."""
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, d: _Dims) -> torch.Tensor:
+    """HF's RMSNorm, op for op: normalise in fp32, then Llama's ``w · x̂`` in the model dtype, or Gemma's
+    ``x̂ · (1 + w)`` in fp32 (``weight`` is then 1 + w, fp32) cast to the model dtype. x: [..., N]; weight: [N] or
+    broadcastable to x's trailing dims."""
     x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + d.eps)
+    if d.offset_norms:
+        return (x32 * weight).to(x.dtype)
     return weight * x32.to(x.dtype)
+
+
+def _act(x: torch.Tensor, d: _Dims) -> torch.Tensor:
+    """The MLP's activation of the gate projection x: [N, I] -> [N, I] (HF's gelu_pytorch_tanh is this call)."""
+    return F.silu(x) if d.act == "silu" else F.gelu(x, approximate="tanh")
 
 
 def _rope(qk: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
@@ -99,9 +63,7 @@ def _attend_decode(
     batch, group = q.shape[0], d.n_q // d.n_kv
     k = k_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim)
     v = v_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim)
-    scores = torch.baddbmm(
-        bias, q.reshape(batch * d.n_kv, group, d.head_dim), k.transpose(1, 2), alpha=d.head_dim**-0.5
-    )
+    scores = torch.baddbmm(bias, q.reshape(batch * d.n_kv, group, d.head_dim), k.transpose(1, 2), alpha=d.scale)
     return torch.bmm(scores.softmax(-1, dtype=torch.float32).to(v.dtype), v).view(batch, d.n_q * d.head_dim)
 
 
@@ -123,8 +85,11 @@ def _layer(
     """
     batch, seq, hidden = x.shape
     flat = x.reshape(batch * seq, hidden)
-    qkv = F.linear(_rms_norm(flat, w.ln1, d.eps), w.qkv, w.qkv_bias).view(batch * seq, -1, d.head_dim)
-    qk = _rope(qkv[:, : d.n_q + d.n_kv], rotation).view(batch, seq, -1, d.head_dim)
+    qkv = F.linear(_rms_norm(flat, w.ln1, d), w.qkv, w.qkv_bias).view(batch * seq, -1, d.head_dim)
+    qk = qkv[:, : d.n_q + d.n_kv]
+    if w.qk_norm is not None:  # Qwen3, Gemma 3: per-head RMSNorm of q and k, before RoPE
+        qk = _rms_norm(qk, w.qk_norm, d)
+    qk = _rope(qk, rotation).view(batch, seq, -1, d.head_dim)
     v = qkv[:, d.n_q + d.n_kv :].view(batch, seq, d.n_kv, d.head_dim)
     k_cache.index_copy_(2, columns, qk[:, :, d.n_q :].transpose(1, 2))
     v_cache.index_copy_(2, columns, v.transpose(1, 2))
@@ -136,18 +101,24 @@ def _layer(
             k_cache[:, :, :keys],
             v_cache[:, :, :keys],
             attn_mask=mask,
-            scale=d.head_dim**-0.5,
+            scale=d.scale,
             enable_gqa=d.n_q != d.n_kv,
         )
         attn = out.transpose(1, 2).reshape(batch * seq, d.n_q * d.head_dim)
-    flat = flat + F.linear(attn, w.o, w.o_bias)
-    gate, up = F.linear(_rms_norm(flat, w.ln2, d.eps), w.gate_up).chunk(2, dim=-1)
-    return torch.addmm(flat, F.silu(gate) * up, w.down.t()).view(batch, seq, hidden)
+    attn = F.linear(attn, w.o, w.o_bias)
+    if w.attn_out_norm is not None:  # Gemma: normed before the residual add
+        attn = _rms_norm(attn, w.attn_out_norm, d)
+    flat = flat + attn
+    gate, up = F.linear(_rms_norm(flat, w.ln2, d), w.gate_up).chunk(2, dim=-1)
+    if w.mlp_out_norm is None:
+        return torch.addmm(flat, _act(gate, d) * up, w.down.t()).view(batch, seq, hidden)
+    return (flat + _rms_norm(F.linear(_act(gate, d) * up, w.down), w.mlp_out_norm, d)).view(batch, seq, hidden)
 
 
 def _forward(
     ids: torch.Tensor,
     embed: torch.Tensor,
+    embed_scale: torch.Tensor | None,
     layers: list[_LayerWeights],
     caches: list[torch.Tensor],
     final_norm: torch.Tensor,
@@ -155,14 +126,22 @@ def _forward(
     rotation: torch.Tensor,
     columns: torch.Tensor,
     keys: int,
-    mask: torch.Tensor,
+    masks: list[torch.Tensor],
     d: _Dims,
 ) -> torch.Tensor:
-    """Logits of the last position of ``ids`` [B, S]: [B, V] float32. Other arguments as in ``_layer``."""
+    """Logits of the last position of ``ids`` [B, S]: [B, V] float32. rotation: [B·S, K, D/2, 2], one (cos, sin)
+    per RoPE kind (``d.rope_of_layer``); masks: one per window (``d.mask_of_layer``), each as ``_layer``'s mask;
+    embed_scale: a 0-d tensor (Gemma's sqrt(H) in the model dtype) or None. Other arguments as in ``_layer``."""
     x = F.embedding(ids, embed)
+    if embed_scale is not None:
+        x = x * embed_scale
     for i, w in enumerate(layers):
-        x = _layer(x, w, rotation, caches[2 * i], caches[2 * i + 1], columns, keys, mask, d)
-    return F.linear(_rms_norm(x[:, -1], final_norm, d.eps), lm_head).float()
+        r, m = d.rope_of_layer[i], d.mask_of_layer[i]
+        x = _layer(x, w, rotation[:, r : r + 1], caches[2 * i], caches[2 * i + 1], columns, keys, masks[m], d)
+    logits = F.linear(_rms_norm(x[:, -1], final_norm, d), lm_head)
+    if d.final_softcap is not None:
+        logits = torch.tanh(logits / d.final_softcap) * d.final_softcap
+    return logits.float()
 
 
 _compiled_forwards: dict[bool, object] = {}
@@ -196,12 +175,11 @@ class StaticKVDecoder:
         cfg, inner = model.config, model.model
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.dims = _Dims(cfg.num_attention_heads, cfg.num_key_value_heads, head_dim, cfg.rms_norm_eps)
+        self.dims, self.rope_kinds = read_dims(model)
         self.layers = [self._weights(layer) for layer in inner.layers]
-        self.embed, self.final_norm, self.lm_head = inner.embed_tokens.weight, inner.norm.weight, model.lm_head.weight
+        self.embed, self.embed_scale, self.final_norm, self.lm_head = read_top(model, self.dims)
         self.model = model
-        shape = (batch, cfg.num_key_value_heads, max_len, head_dim)
+        shape = (batch, cfg.num_key_value_heads, max_len, self.dims.head_dim)
         self.caches = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2 * len(self.layers))]
         self.key_mask = torch.zeros((batch, max_len), dtype=torch.bool, device=self.device)
         self.rotary = inner.rotary_emb
@@ -216,17 +194,14 @@ class StaticKVDecoder:
     def refresh(self) -> None:
         """Copy the model's current weights into this decoder's own tensors, in place, and forget the previous
         rollout's cache columns: a decoder kept across rollouts keeps every address its graphs recorded."""
-        inner = self.model.model
-        for mine, layer in zip(self.layers, inner.layers):
+        for mine, layer in zip(self.layers, self.model.model.layers):
             for name, current in vars(self._weights(layer)).items():
                 if current is not None:
                     getattr(mine, name).copy_(current)
-        # The model's own tensors, normally updated in place; one that was replaced is copied into the old storage.
-        for mine, current in [
-            (self.embed, inner.embed_tokens.weight),
-            (self.final_norm, inner.norm.weight),
-            (self.lm_head, self.model.lm_head.weight),
-        ]:
+        # The model's own tensors, normally updated in place; one that was replaced (or is derived, as Gemma's
+        # 1 + w) is copied into the old storage.
+        embed, _, final_norm, lm_head = read_top(self.model, self.dims)
+        for mine, current in [(self.embed, embed), (self.final_norm, final_norm), (self.lm_head, lm_head)]:
             if mine is not current:
                 mine.detach().copy_(current)
         self.key_mask.zero_()
@@ -234,38 +209,22 @@ class StaticKVDecoder:
     def _graph_inputs(self) -> list[torch.Tensor]:
         """The tensors every decode step reads (weights) or updates in place (caches)."""
         weights = [t for w in self.layers for t in vars(w).values() if t is not None]
-        return [*weights, *self.caches, self.embed, self.final_norm, self.lm_head]
+        scale = [] if self.embed_scale is None else [self.embed_scale]
+        return [*weights, *self.caches, self.embed, *scale, self.final_norm, self.lm_head]
 
     def _weights(self, layer) -> _LayerWeights:
-        attn, mlp, d = layer.self_attn, layer.mlp, self.dims
-        q_rows = _interleave_heads(attn.q_proj.weight, d.n_q)
-        k_rows = _interleave_heads(attn.k_proj.weight, d.n_kv)
-        bias = None
-        if attn.q_proj.bias is not None:
-            bias = torch.cat(
-                [
-                    _interleave_heads(attn.q_proj.bias, d.n_q),
-                    _interleave_heads(attn.k_proj.bias, d.n_kv),
-                    attn.v_proj.bias,
-                ]
-            )
-        return _LayerWeights(
-            ln1=layer.input_layernorm.weight,
-            qkv=torch.cat([q_rows, k_rows, attn.v_proj.weight]),
-            qkv_bias=bias,
-            o=attn.o_proj.weight,
-            o_bias=attn.o_proj.bias,
-            ln2=layer.post_attention_layernorm.weight,
-            gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-            down=mlp.down_proj.weight,
-        )
+        return read_layer(layer, self.dims)
 
     def rotations(self, positions: torch.Tensor) -> torch.Tensor:
-        """RoPE factors (cos θ, sin θ) for ``positions`` [B, S] -> [B, S, 1, D/2, 2] float32, from the model's
-        rotary module."""
-        cos, sin = self.rotary(self.embed[:1], positions)
-        half = cos.shape[-1] // 2
-        return torch.stack([cos[..., :half].float(), sin[..., :half].float()], dim=-1)[:, :, None]
+        """RoPE factors (cos θ, sin θ) for ``positions`` [B, S] -> [B, S, K, D/2, 2] float32, from the model's
+        rotary module: one per RoPE kind (K = 1, or Gemma 3's one per layer type)."""
+        per_kind = []
+        for layer_type in self.rope_kinds:
+            extra = () if layer_type is None else (layer_type,)
+            cos, sin = self.rotary(self.embed[:1], positions, *extra)
+            half = cos.shape[-1] // 2
+            per_kind.append(torch.stack([cos[..., :half].float(), sin[..., :half].float()], dim=-1))
+        return torch.stack(per_kind, dim=2)
 
     def start(
         self,
@@ -289,15 +248,20 @@ class StaticKVDecoder:
         """Left-padded prompts ``ids``, ``attention_mask``, ``positions`` [B, W] -> next-token logits [B, V]."""
         batch, width = ids.shape
         self.key_mask[:, :width] = attention_mask.bool()
-        causal = torch.ones((width, width), dtype=torch.bool, device=self.device).tril()
-        # A pad query may see only itself: a row with no visible key would give NaN, and NaN K/V written
-        # for pad columns would poison later steps (0 weight × NaN value is still NaN).
-        mask = (causal & self.key_mask[:, None, :width]) | torch.eye(width, dtype=torch.bool, device=self.device)
-        rotation = self.rotations(positions).reshape(batch * width, 1, -1, 2)
         columns = torch.arange(width, device=self.device)
+        causal = columns[None, :] <= columns[:, None]
+        masks = []
+        for window in self.dims.windows:
+            seen = causal if window is None else causal & (columns[None, :] > columns[:, None] - window)
+            # A pad query may see only itself: a row with no visible key would give NaN, and NaN K/V written
+            # for pad columns would poison later steps (0 weight × NaN value is still NaN).
+            alone = torch.eye(width, dtype=torch.bool, device=self.device)
+            masks.append(((seen & self.key_mask[:, None, :width]) | alone)[:, None])
+        rotation = self.rotations(positions).flatten(0, 1)
         return _forward(
             ids,
             self.embed,
+            self.embed_scale,
             self.layers,
             self.caches,
             self.final_norm,
@@ -305,26 +269,30 @@ class StaticKVDecoder:
             rotation,
             columns,
             width,
-            mask[:, None],
+            masks,
             self.dims,
         )
 
     def decode(self, tokens: torch.Tensor, column: int, rotation: torch.Tensor) -> torch.Tensor:
-        """Feed ``tokens`` [B] at cache ``column``; rotation: [B, 1, D/2, 2]. Returns logits [B, V]."""
+        """Feed ``tokens`` [B] at cache ``column``; rotation: [B, K, D/2, 2]. Returns logits [B, V]."""
         self.key_mask[:, column] = True
         keys = self.max_len if self.compile else column + 1
         d = self.dims
-        # One additive mask per step, shared by all layers: [B, 1, keys] -> [B·Hkv, Hq/Hkv, keys].
-        bias = torch.zeros(self.key_mask.shape[0], 1, keys, dtype=self.dtype, device=self.device).masked_fill_(
-            ~self.key_mask[:, None, :keys], float("-inf")
-        )
-        bias = bias.repeat_interleave(d.n_kv, dim=0).expand(-1, d.n_q // d.n_kv, -1)
+        # One additive mask per window per step, shared by its layers: [B, 1, keys] -> [B·Hkv, Hq/Hkv, keys].
+        biases = []
+        for window in d.windows:
+            seen = self.key_mask[:, None, :keys]
+            if window is not None:
+                seen = seen & (torch.arange(keys, device=self.device) > column - window)
+            bias = torch.zeros(seen.shape, dtype=self.dtype, device=self.device).masked_fill_(~seen, float("-inf"))
+            biases.append(bias.repeat_interleave(d.n_kv, dim=0).expand(-1, d.n_q // d.n_kv, -1))
         columns = torch.full((1,), column, dtype=torch.long, device=self.device)
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's logits have been read
         return self.forward(
             tokens[:, None],
             self.embed,
+            self.embed_scale,
             self.layers,
             self.caches,
             self.final_norm,
@@ -332,7 +300,7 @@ class StaticKVDecoder:
             rotation,
             columns,
             keys,
-            bias,
+            biases,
             d,
         )
 

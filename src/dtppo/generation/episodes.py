@@ -6,9 +6,10 @@ observations) with the engine's ``sample``, under the turn's own stream key (``s
 tokens depend on its sample index, the step and the weights only, whatever the batch it is sampled in or the number
 of ranks. A turn ends at a stop token or at the first of ``env.stop``'s strings (the engine samples on past it;
 those tokens are dropped here, which changes none before them); the environment answers it, and its observation
-(cut to ``env.max_observation_tokens``) is appended for the next turn. An episode ends when the environment says
-done, after ``env.max_turns`` turns, when ``env.max_total_tokens`` leaves no room, or when a turn ends without a stop
-(truncated; the environment does not see a cut-off turn).
+(cut to ``env.max_observation_tokens``) is appended for the next turn: text as it is, chat messages as the text the
+policy's chat template renders for them after the turn (``data.chat.ChatFormat.turn_text``). An episode ends when
+the environment says done, after ``env.max_turns`` turns, when ``env.max_total_tokens`` leaves no room, or when a turn
+ends without a stop (truncated; the environment does not see a cut-off turn).
 """
 
 from __future__ import annotations
@@ -19,17 +20,15 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from dtppo.config import EnvConfig
+from dtppo.config import Config, EnvConfig
+from dtppo.data.chat import ChatFormat
 from dtppo.envs.client import EnvClient
-from dtppo.envs.interface import EnvironmentFailure, Observation
+from dtppo.envs.interface import Observation
+from dtppo.envs.observations import observation_tokens
 from dtppo.faults import observations_as_actions
 from dtppo.generation.generator import Generator
 from dtppo.generation.sampler import turn_key
 from dtppo.types import EPISODE_ENDS, Experience, SampleRequest, Segment, build_episode_rows
-
-# A neutral conversation an observation's messages are rendered after, then cut off: what the template adds for
-# the observation alone (its role header, the next assistant header).
-_CONTEXT = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
 
 
 def stop_string_cut(tokenizer: PreTrainedTokenizerBase, tokens: list[int], stops: tuple[str, ...]) -> int | None:
@@ -47,21 +46,6 @@ def stop_string_cut(tokenizer: PreTrainedTokenizerBase, tokens: list[int], stops
     return low
 
 
-def observation_tokens(tokenizer: PreTrainedTokenizerBase, observation: Observation) -> list[int]:
-    """Token ids of an observation: text as it is; chat messages rendered by the tokenizer's chat template after a
-    neutral exchange (what the template adds for them, up to and including the next assistant header)."""
-    if isinstance(observation, str):
-        return tokenizer(observation, add_special_tokens=False)["input_ids"]
-    before = tokenizer.apply_chat_template(_CONTEXT, tokenize=False)
-    after = tokenizer.apply_chat_template(_CONTEXT + observation, tokenize=False, add_generation_prompt=True)
-    if not after.startswith(before):
-        raise EnvironmentFailure(
-            "an observation given as chat messages needs a chat template that renders a conversation's messages "
-            "in order (this one rewrites earlier ones when more follow): give the observation as text"
-        )
-    return tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"]
-
-
 @dataclasses.dataclass
 class _Episode:
     """One episode while it runs: its environment state, its tokens after the prompt, and how it ended."""
@@ -76,8 +60,10 @@ class _Episode:
 class EpisodeGenerator:
     """Episodes of ``env`` sampled with ``engine`` (any ``Generator``); a ``Generator`` itself."""
 
-    def __init__(self, engine: Generator, env: EnvClient, tokenizer: PreTrainedTokenizerBase, cfg: EnvConfig):
-        self.engine, self.env, self.tokenizer, self.cfg = engine, env, tokenizer, cfg
+    def __init__(
+        self, engine: Generator, env: EnvClient, tokenizer: PreTrainedTokenizerBase, cfg: EnvConfig, chat: ChatFormat
+    ):
+        self.engine, self.env, self.tokenizer, self.cfg, self.chat = engine, env, tokenizer, cfg, chat
 
     @property
     def version(self) -> int:
@@ -170,9 +156,8 @@ class EpisodeGenerator:
         if turn == self.cfg.max_turns:
             episode.end = "max_turns"
             return
-        tokens = (
-            observation_tokens(self.tokenizer, observation)[: self.cfg.max_observation_tokens] if observation else []
-        )
+        tokens = observation_tokens(self.tokenizer, self.chat, observation, episode.segments[-1].tokens)
+        tokens = tokens[: self.cfg.max_observation_tokens]
         if episode.used + len(tokens) >= self.cfg.max_total_tokens:  # no room left for another turn
             episode.end = "max_total_tokens"
             return
@@ -182,8 +167,9 @@ class EpisodeGenerator:
             episode.used += len(tokens)
 
 
-def with_episodes(engine: Generator, cfg: EnvConfig, tokenizer: PreTrainedTokenizerBase) -> Generator:
-    """``engine`` itself for single-turn runs, else the episode loop around it (``env.class`` set)."""
-    if not cfg.multi_turn:
+def with_episodes(engine: Generator, cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Generator:
+    """``engine`` itself for single-turn runs, else the episode loop around it (``env.class`` set), rendering chat
+    observations as ``cfg.data`` renders prompts."""
+    if not cfg.env.multi_turn:
         return engine
-    return EpisodeGenerator(engine, EnvClient(cfg), tokenizer, cfg)
+    return EpisodeGenerator(engine, EnvClient(cfg.env), tokenizer, cfg.env, ChatFormat.of(cfg.data))

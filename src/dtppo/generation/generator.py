@@ -17,7 +17,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from dtppo.config import GenerationConfig
-from dtppo.generation.decoder import HFCacheDecoder, StaticKVDecoder, static_decoder_supported
+from dtppo.generation.decoder import HFCacheDecoder, StaticKVDecoder
+from dtppo.generation.decoder_weights import static_decoder_refusal
 from dtppo.generation.sampler import left_padded, sample_tokens
 from dtppo.models.weights import full_parameters, load_weights
 from dtppo.types import Experience, SampleRequest
@@ -61,19 +62,20 @@ def resolve_decoder(
     model: PreTrainedModel, decoder: Literal["auto", "hf", "static"], compile: bool = False
 ) -> Literal["hf", "static"]:
     """The torch decoder ``policy.generation.decoder`` selects for ``model``: ``auto`` is ``static`` where the
-    hand-written static-KV decoder implements the architecture (``static_decoder_supported``), else ``hf``.
+    hand-written static-KV decoder implements the architecture (``static_decoder_refusal`` is None), else ``hf``.
     ``compile`` (``policy.generation.decode_graph``) needs the static decoder. Raises ValueError naming the key."""
-    supported = static_decoder_supported(model)
-    if decoder == "static" and not supported:
+    refusal = static_decoder_refusal(model)
+    if decoder == "static" and refusal is not None:
         raise ValueError(
-            f"policy.generation.decoder: static (dtppo's static-KV decoder) implements plain "
-            f"Qwen2/Llama decoders only, not this {model.config.model_type} model (use auto or hf)"
+            f"policy.generation.decoder: static (dtppo's static-KV decoder) cannot decode this model: {refusal} "
+            f"(use auto or hf)"
         )
-    chosen = ("static" if supported else "hf") if decoder == "auto" else decoder
+    chosen = ("static" if refusal is None else "hf") if decoder == "auto" else decoder
     if compile and chosen != "static":
+        why = f": {refusal}" if refusal is not None else ""
         raise ValueError(
             f"policy.generation.decode_graph: compiled decode steps need the static decoder; "
-            f"this {model.config.model_type} model decodes through the HF forward"
+            f"this {model.config.model_type} model decodes through the HF forward{why}"
         )
     return chosen
 
@@ -102,7 +104,9 @@ class TorchGenerator:
 
     def describe(self) -> str:
         graph = ", each decode step one compiled graph" if self.compile else ""
-        return f"torch backend, {self.decoder} decoder ({self.model.config.model_type} model){graph}"
+        line = f"torch backend, {self.decoder} decoder ({self.model.config.model_type} model){graph}"
+        refusal = static_decoder_refusal(self.model) if self.decoder == "hf" else None
+        return line if refusal is None else f"{line}: {refusal}"
 
     def prepare(self) -> None:
         self.model.eval()

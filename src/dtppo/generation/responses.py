@@ -49,7 +49,7 @@ def sample_responses(
     texts, lengths = [], []
     for start in range(0, len(problems), cfg.ppo.val_batch_size):
         batch = problems[start : start + cfg.ppo.val_batch_size]
-        prompts = encode_prompts(tokenizer, batch, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+        prompts = encode_prompts(tokenizer, batch, cfg.data)
         key, ids = stream_key(cfg.ppo.seed, step, stream=1), torch.arange(start, start + len(batch))
         experience = generator.sample(SampleRequest(prompts, params, key, ids, [episode_row(p) for p in batch]))
         texts += decode_responses(tokenizer, experience)

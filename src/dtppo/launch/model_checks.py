@@ -4,15 +4,18 @@ Read from the model directories (``config.json`` and the tokenizer files, JSON o
 loaded here): tensor parallelism against the real head and MLP sizes, the sharding plan against the real
 architecture (built on the meta device), activation checkpointing against the model class, the critic's
 vocabulary against the policy's, the chat template against the prompts it must render, the torch generator's
-decoder against the architecture, and the head size against the vLLM CPU build's kernels. Each failure is one
-ConfigError naming its key. Hub names (not local directories) are checked when the model loads instead.
+decoder against the architecture, the critic's export (some layout must write it) and the head size against the
+vLLM CPU build's kernels. Each failure is one ConfigError naming its key. Hub names (not local directories) are
+checked when the model loads instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
+import jinja2.meta
 import torch
 from transformers import (
     MODEL_FOR_CAUSAL_LM_MAPPING,
@@ -23,12 +26,15 @@ from transformers import (
     PretrainedConfig,
     PreTrainedTokenizerBase,
 )
+from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from dtppo.config import Config, ConfigError, TinyModelConfig
+from dtppo.data.chat import ChatFormat
 from dtppo.data.loader import format_prompt
 from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
 from dtppo.errors import InputError
 from dtppo.generation.generator import resolve_decoder
+from dtppo.models.critic_format import export_refusal
 from dtppo.models.tokenizer import load_tokenizer
 
 SUPPORTED_LAYOUTS = "Qwen2/Llama-style blocks (model.layers[i].self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj)"
@@ -98,6 +104,20 @@ def _model_config(path: str, key: str) -> PretrainedConfig:
 def _check_model(cfg: Config, section: str, key: str, path: str, config: PretrainedConfig) -> None:
     _check_layout(cfg, section, key, path, config)
     _check_activation_checkpointing(cfg, section, key, config)
+    if section == "value":
+        _check_critic_export(key, path, config)
+
+
+def _check_critic_export(key: str, path: str, config: PretrainedConfig) -> None:
+    """The critic can be written when the run ends (``dtppo export``, ``ValueModel.save_pretrained``: token
+    classification, or the base model plus its head), found on meta-device builds: refused now, not after training."""
+    reason = export_refusal(config)
+    if reason is not None:
+        raise ConfigError(
+            f"{key}: a critic starting from {path} ({config.model_type}) could not be built or exported: {reason}; "
+            f"start the critic from another model (value.model.path), or train without one "
+            f"(ppo.advantage_estimator=grpo)"
+        )
 
 
 def _check_activation_checkpointing(cfg: Config, section: str, key: str, config: PretrainedConfig) -> None:
@@ -168,7 +188,9 @@ def _check_same_vocabulary(cfg: Config, policy: PreTrainedTokenizerBase, critic:
 
 
 def _check_chat_template(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Every prompt goes through the policy tokenizer's chat template, with ``data.system_prompt`` when set."""
+    """Every prompt goes through the policy tokenizer's chat template, with ``data.system_prompt`` when set and
+    ``data.chat_template_kwargs`` (each a variable the template reads); in a multi-turn run, the observations given
+    as chat messages too (``ChatFormat.turn_text``)."""
     where = cfg.policy.model.path
     if tokenizer.chat_template is None:
         raise ConfigError(
@@ -176,8 +198,9 @@ def _check_chat_template(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Non
             f"`chat_template` or chat_template.jinja), and dtppo renders every prompt through it: use a "
             f"model that has one, or add one to the directory"
         )
+    chat = ChatFormat.of(cfg.data)
     try:
-        format_prompt(tokenizer, "What is 1 + 1?", None)
+        format_prompt(tokenizer, "What is 1 + 1?", dataclasses.replace(chat, system_prompt=None))
     except Exception as err:
         raise ConfigError(
             f"policy.model.path: the chat template of {where} cannot render a user turn: "
@@ -185,12 +208,45 @@ def _check_chat_template(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Non
         ) from None
     if cfg.data.system_prompt:
         try:
-            format_prompt(tokenizer, "What is 1 + 1?", cfg.data.system_prompt)
+            format_prompt(tokenizer, "What is 1 + 1?", chat)
         except Exception as err:
             raise ConfigError(
                 f"data.system_prompt: the chat template of {where} refuses a system turn "
                 f"({type(err).__name__}: {_first_line(err)}): set data.system_prompt to null"
             ) from None
+    _check_template_variables(cfg, tokenizer)
+    if cfg.env.multi_turn:
+        _check_turn_text(cfg, chat, tokenizer)
+
+
+def _check_template_variables(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> None:
+    """A name in ``data.chat_template_kwargs`` that the template never reads (a misspelt ``enable_thinking``) would
+    change nothing, silently. The names it reads are jinja2's undeclared variables of the template."""
+    if not cfg.data.chat_template_kwargs:
+        return
+    template = tokenizer.get_chat_template()
+    # transformers' own compiled environment: its extensions (the {% generation %} tag) parse as they render.
+    reads = jinja2.meta.find_undeclared_variables(_compile_jinja_template(template).environment.parse(template))
+    for name, _ in cfg.data.chat_template_kwargs:
+        if name not in reads:
+            raise ConfigError(
+                f"data.chat_template_kwargs.{name}: the chat template of {cfg.policy.model.path} does not read it "
+                f"(it reads {', '.join(sorted(reads))}): remove it, or correct its name"
+            )
+
+
+def _check_turn_text(cfg: Config, chat: ChatFormat, tokenizer: PreTrainedTokenizerBase) -> None:
+    """An observation given as chat messages enters an episode as the text the template renders for it after an
+    assistant turn; a template that cannot give that text consistently (it depends on the turns before) is refused
+    now rather than at the first such observation."""
+    try:
+        chat.turn_text(tokenizer, [{"role": "user", "content": "7"}], None)
+    except Exception as err:
+        raise ConfigError(
+            f"env.class: an observation given as chat messages enters an episode as the text the policy's chat "
+            f"template renders for it, and the template of {cfg.policy.model.path} cannot give that text "
+            f"({type(err).__name__}: {_first_line(err)}): use a model whose template renders each turn on its own"
+        ) from None
 
 
 def _head_dim(config: PretrainedConfig | None, tiny: TinyModelConfig) -> int:

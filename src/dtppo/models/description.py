@@ -3,10 +3,13 @@ config and the tokenizer, so ``dtppo export`` rebuilds the models from the check
 
 Written as files (JSON and the tokenizer's own files, nothing pickled) under ``step_N/hf/``: ``policy/`` holds
 ``config.json``, ``generation_config.json`` and the tokenizer; ``critic/`` the critic backbone's ``config.json``.
+Each config.json names the dtype of the directory its model was loaded from (models train in float32), which
+``export.dtype: auto`` writes.
 """
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from dtppo.models.loading import loading_from
 from dtppo.models.tokenizer import load_tokenizer
 
 POLICY, CRITIC = "policy", "critic"
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def describe_models(cfg: Config, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, bytes]:
@@ -33,7 +37,10 @@ def describe_models(cfg: Config, policy: PreTrainedModel, tokenizer: PreTrainedT
     as built) and whose critic, with ``ppo.advantage_estimator=gae``, starts from ``cfg.value_init_path``."""
     with tempfile.TemporaryDirectory(prefix="dtppo-describe-") as directory:
         root = Path(directory)
-        policy.config.save_pretrained(root / POLICY)
+        # The loaded policy's config says float32 (what it trains in); the description keeps its source's dtype.
+        policy_config = copy.deepcopy(policy.config)
+        policy_config.dtype = stored_dtype(cfg.policy_init_path)
+        policy_config.save_pretrained(root / POLICY)
         policy.generation_config.save_pretrained(root / POLICY)
         tokenizer.save_pretrained(root / POLICY)
         if cfg.has_critic:
@@ -47,6 +54,18 @@ def critic_config(cfg: Config, tokenizer: PreTrainedTokenizerBase):
         return tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     with loading_from(cfg.value_init_path):
         return AutoConfig.from_pretrained(cfg.value_init_path)
+
+
+def stored_dtype(path: str | Path | None) -> str:
+    """The dtype a model directory's weights are stored in, as its config.json names it (``dtype``, or
+    ``torch_dtype`` as written before transformers 5): ``float32`` for no directory (a model built from its config),
+    none named, or a dtype other than float32, bfloat16 and float16."""
+    if path is None:
+        return "float32"
+    with loading_from(str(path)):
+        named = AutoConfig.from_pretrained(path).dtype
+    name = str(named).removeprefix("torch.") if named is not None else "float32"
+    return name if name in EXPORT_DTYPES else "float32"
 
 
 def described(hf_dir: Path) -> bool:

@@ -20,13 +20,42 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dtppo.models.packing import pack_rows
 from dtppo.ops import shift_right
+
+
+def sequence_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    wanted: torch.Tensor,
+    temperature: float,
+    chunk_size: int,
+    packing: bool,
+) -> torch.Tensor:
+    """:func:`token_logprobs` of right-padded rows, with ``packing`` through packed rows (no pad token computed,
+    ``models.packing``) and the results unpacked. input_ids, attention_mask, wanted: [B, T] -> [B, T] float32."""
+    if not packing:
+        return token_logprobs(model, input_ids, attention_mask, wanted, temperature, chunk_size)
+    packed = pack_rows(input_ids, attention_mask)
+    return packed.unpack(
+        token_logprobs(
+            model,
+            packed.input_ids,
+            None,
+            packed.pack(wanted),
+            temperature,
+            chunk_size,
+            packed.position_ids,
+            packed.sequence_starts,
+        )
+    )
 
 
 def token_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     wanted: torch.Tensor,
     temperature: float,
     chunk_size: int,
@@ -36,8 +65,9 @@ def token_logprobs(
     """log softmax(logits / temperature) of each token where ``wanted``, 0 elsewhere. -> [B, T] float32.
 
     model: an HF causal LM (``base_model``, ``get_output_embeddings`` and ``logits_to_keep``, as Qwen2, Llama,
-    GPT-2 have). input_ids: [B, T]; attention_mask: [B, T] padding mask, or [B, 1, T, T] for packed rows with
-    their position_ids [B, T]. wanted: [B, T] bool, the tokens whose log-prob is needed (a response mask).
+    GPT-2 have). input_ids: [B, T]; attention_mask: [B, T] padding mask, or None for packed rows with their
+    position_ids [B, T] (``models.packing``). wanted: [B, T] bool, the tokens whose log-prob is needed (a
+    response mask).
     sequence_starts: [B, T] bool for packed rows: a sequence's first token has no prediction (0, as t = 0).
     Differentiable when grad is enabled.
     """

@@ -5,13 +5,19 @@ length spread (a few truncated responses set ``T`` for everyone). Packing lays s
 back in one row. Three things keep each packed sequence exactly what it was alone:
 
 - ``position_ids`` restart at 0 for every sequence, so rotary embeddings see the unpacked positions;
-- ``attention_mask`` is block-diagonal causal (``[R, 1, L, L]`` bool), so a token attends only to earlier
-  tokens of its own sequence. HF models take such a 4-D mask as given (transformers >= 4.5x);
+- no ``attention_mask`` is passed: from ``position_ids`` that restart, transformers builds each layer's own mask
+  (causal within each sequence, and a sliding-window layer's window on top), as it does for padded rows. A
+  block-causal 4-D mask passed as given would be applied to every layer alike and drop the windows of
+  sliding-window layers (Gemma 2/3, Mistral v0.1, Qwen2 with ``use_sliding_window``);
 - ``sequence_starts`` marks each sequence's first token: anything read one position back (log-probs from
   the logits at t-1, V(s_t) from the value head at t-1) restarts there (see :func:`dtppo.ops.shift_right`).
 
 Rows hold at most ``capacity`` tokens (default: the batch's padded width ``T``), so a packed row costs the
 same attention work as a padded one; only the number of rows shrinks.
+
+An architecture whose attention does not follow ``position_ids`` this way would compute something else packed
+than padded; :func:`check_packing` compares the two on a probe batch of the real model when a run starts and
+refuses packing for it.
 """
 
 from __future__ import annotations
@@ -20,14 +26,16 @@ from dataclasses import dataclass
 
 import torch
 
+from dtppo.errors import InputError
+
 
 @dataclass(frozen=True)
 class PackedRows:
     """A packed batch and the map back to the padded layout it came from.
 
     input_ids:       [R, L] int64, whole sequences back to back; filler id 0 after the last one
-    position_ids:    [R, L] int64, 0, 1, ... within each sequence (the filler counts on from 0 as well)
-    attention_mask:  [R, 1, L, L] bool, True where query i may attend key j: same sequence and j <= i
+    position_ids:    [R, L] int64, 0, 1, ... within each sequence (the filler counts on from 0 as well): the
+                     model's attention reads the sequence boundaries from them
     sequence_starts: [R, L] bool, True at the first token of each sequence
     source:          [R, L] int64, flat index ``b * T + t`` of the padded position a packed token came
                      from; -1 on the filler
@@ -36,7 +44,6 @@ class PackedRows:
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
     sequence_starts: torch.Tensor
     source: torch.Tensor
     padded_shape: tuple[int, int]
@@ -106,35 +113,69 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: i
     packed_width = max((sum(lengths[i] for i in row) for row in bins), default=1) or 1
     source = torch.full((len(bins), packed_width), -1, dtype=torch.long)
     position = torch.zeros(len(bins), packed_width, dtype=torch.long)
-    segment = torch.zeros(len(bins), packed_width, dtype=torch.long)  # 0 = filler, k = k-th sequence of the row
     for r, row in enumerate(bins):
         offset = 0
-        for k, i in enumerate(row, start=1):
+        for i in row:
             n = lengths[i]
             source[r, offset : offset + n] = i * width + torch.arange(n)
             position[r, offset : offset + n] = torch.arange(n)
-            segment[r, offset : offset + n] = k
             offset += n
-        position[r, offset:] = torch.arange(packed_width - offset)  # the filler is its own causal block
+        position[r, offset:] = torch.arange(packed_width - offset)  # the filler is a sequence of its own
     device = input_ids.device
-    source, position, segment = source.to(device), position.to(device), segment.to(device)
+    source, position = source.to(device), position.to(device)
     ids = torch.where(source >= 0, input_ids.reshape(-1)[source.clamp(min=0)], 0)
     return PackedRows(
         input_ids=ids,
         position_ids=position,
-        attention_mask=block_causal_mask(segment),
         sequence_starts=(position == 0) & (source >= 0),
         source=source,
         padded_shape=(batch, width),
     )
 
 
-def block_causal_mask(segment: torch.Tensor) -> torch.Tensor:
-    """Causal attention within equal segment ids. segment: [R, L] int64 -> [R, 1, L, L] bool (True = attend).
+def probe_rows(vocab_size: int, width: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A right-padded probe batch for :func:`check_packing`: input_ids, attention_mask [3, width].
 
-    Every query keeps at least itself, so no softmax row is empty (an empty row would give NaN).
+    One full-width row and two half rows, which packing lays back to back in one row: the probe covers a
+    sequence as long as ``width`` and a sequence that starts inside a packed row. Token ids are drawn from
+    ``[0, vocab_size)`` with a generator seeded with ``seed``, the same on every rank.
     """
-    width = segment.shape[1]
-    causal = torch.ones(width, width, dtype=torch.bool, device=segment.device).tril()
-    same = segment[:, :, None] == segment[:, None, :]
-    return (same & causal).unsqueeze(1)
+    lengths = torch.tensor([width, (width + 1) // 2, width // 2]).clamp(min=1)
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, vocab_size, (3, width), generator=generator)
+    attention_mask = (torch.arange(width)[None] < lengths[:, None]).long()
+    return input_ids * attention_mask, attention_mask
+
+
+def probe_width(model_config, longest: int) -> int:
+    """Tokens in the probe's longest row: past the narrowest attention window the model declares (a sliding
+    window, or Llama 4's attention chunks), so that the window is exercised, capped at ``longest``, the run's
+    longest sequence: a window no sequence of the run outgrows makes no difference to it."""
+    text = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    windows = [w for w in (getattr(text, "sliding_window", None), getattr(text, "attention_chunk_size", None)) if w]
+    return max(2, min(min(windows, default=24) + 8, longest))
+
+
+def packing_tolerance(dtype: torch.dtype) -> float:
+    """The largest |packed - padded| :func:`check_packing` accepts for a model computing in ``dtype``: 1e-3 in fp32
+    (the two layouts differ only in the order of floating-point sums, ~1e-6 at the sizes tested); 8 ulp of 1.0 in
+    bf16 (0.0625) or fp16, where the layouts' different kernels round differently."""
+    return max(1e-3, 8 * torch.finfo(dtype).eps)
+
+
+def check_packing(
+    key: str, model_config, what: str, padded: torch.Tensor, packed: torch.Tensor, valid: torch.Tensor, tolerance: float
+) -> float:
+    """Refuse ``key`` (``policy.sequence_packing`` or ``value.sequence_packing``) when the model computes something
+    else on packed rows than on padded ones. padded, packed: [B, T] per-token results of the probe batch (``what``:
+    log-probs or values) through the two layouts; valid: [B, T] bool, the tokens compared. Returns the largest
+    difference; raises InputError naming the model and the difference when it exceeds ``tolerance``."""
+    diff = (packed.float() - padded.float()).abs().masked_fill(~valid.bool(), 0.0).max().item()
+    if not diff <= tolerance:  # NaN fails too
+        name = getattr(model_config, "_name_or_path", "") or "built from config"
+        raise InputError(
+            f"{key}: the {model_config.model_type} model ({name}) computes other {what} on packed rows than on "
+            f"padded ones (largest difference {diff:.3g} > {tolerance:.3g} on a probe of {valid.shape[1]}-token "
+            f"rows): its attention does not follow the packed sequences' position_ids; set {key}: false"
+        )
+    return diff

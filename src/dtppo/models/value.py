@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 
 from dtppo.algorithms.advantages import right_shift_values
 from dtppo.errors import InputError
+from dtppo.models.critic_format import read_critic, write_critic
 from dtppo.models.loading import loading_from
 from dtppo.models.packing import pack_rows
 
@@ -54,10 +55,10 @@ class ValueModel(nn.Module):
                 self.score.bias.copy_(bias.reshape(1) if bias is not None else torch.zeros(1))
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Head output at every position (unshifted). input_ids: [B, T]; attention_mask: [B, T] padding mask,
-        or [B, 1, T, T] bool for packed rows with their position_ids [B, T] -> [B, T] float32."""
+        """Head output at every position (unshifted). input_ids: [B, T]; attention_mask: [B, T] padding mask, or
+        None for packed rows with their position_ids [B, T] (``models.packing``) -> [B, T] float32."""
         # No KV cache: the critic never decodes (and under activation checkpointing transformers would warn).
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
@@ -65,36 +66,35 @@ class ValueModel(nn.Module):
         # A copy, not a view: FSDP2 cannot hook backward into a view of the root output.
         return self.score(hidden).squeeze(-1).to(torch.float32, copy=True)
 
-    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def values(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, packing: bool | None = None
+    ) -> torch.Tensor:
         """V(s_t) for every position: the head's output at t-1, 0 at t=0. [B, T] -> [B, T] float32.
 
-        Padding positions carry no meaning (0 when packed); callers mask them.
+        packing: through packed rows or padded ones; None: ``sequence_packing``. Padding positions carry no
+        meaning (0 when packed); callers mask them.
         """
-        if not self.sequence_packing:
+        if not (self.sequence_packing if packing is None else packing):
             head = self(input_ids, attention_mask)
             return right_shift_values(head) if self.shift else head
         packed = pack_rows(input_ids, attention_mask)
-        head = self(packed.input_ids, packed.attention_mask, packed.position_ids)
+        head = self(packed.input_ids, None, packed.position_ids)
         # The shift restarts at each sequence's first token: V(s_t) never comes from a neighbour sequence.
         return packed.unpack(right_shift_values(head, packed.sequence_starts) if self.shift else head)
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write an HF token-classification checkpoint (num_labels=1) that ``transformers`` loads directly."""
-        config = AutoConfig.for_model(**self.backbone.config.to_dict())
-        config.num_labels = 1
-        config.id2label, config.label2id = {0: "value"}, {"value": 0}
-        export = AutoModelForTokenClassification.from_config(config)
-        getattr(export, export.base_model_prefix).load_state_dict(self.backbone.state_dict())
-        export.score.load_state_dict(self.score.state_dict())
-        export.save_pretrained(str(path))
+    def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> None:
+        """Write the critic as an HF directory that ``transformers`` loads, its weights in ``dtype`` (None: the
+        backbone's). Where transformers has a token-classification class for the family, that model with
+        ``num_labels=1``; else the backbone as an HF base model plus ``value_head.safetensors``
+        (``dtppo.models.critic_format``). The model itself is left as it is."""
+        write_critic(path, self.backbone, self.score, dtype or self.backbone.dtype)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, shift: bool = True, sequence_packing: bool = False) -> ValueModel:
-        """Load a checkpoint written by :meth:`save_pretrained` (or any HF token-classification critic)."""
-        loaded = AutoModelForTokenClassification.from_pretrained(str(path), dtype=torch.float32)
-        model = cls(getattr(loaded, loaded.base_model_prefix), shift=shift, sequence_packing=sequence_packing)
-        model.score.load_state_dict(loaded.score.state_dict())
-        return model
+        """Load a critic written by :meth:`save_pretrained` (either layout; or any HF token-classification critic
+        with one label) in float32, from safetensors only."""
+        backbone, head = read_critic(path)
+        return cls(backbone, shift=shift, sequence_packing=sequence_packing, head=head)
 
 
 def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedModel:

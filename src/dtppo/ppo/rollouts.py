@@ -75,7 +75,7 @@ class PromptQueue:
         cfg = self.cfg
         problems = self.loader.next_batch(cfg.ppo.num_prompts_per_step)
         problems = [p for p in problems for _ in range(cfg.ppo.num_generations_per_prompt)]
-        return problems, encode_prompts(self.tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+        return problems, encode_prompts(self.tokenizer, problems, cfg.data)
 
     def pop(self, step: int) -> tuple[list[Problem], list[list[int]]]:
         """Step's batch (drawing it if needed), forgotten here: the step is training on it."""

@@ -25,6 +25,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import TASK_VERIFIERS, Config, OptimizerConfig, SchedulerConfig
+from dtppo.data.chat import ChatFormat
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import barrier, broadcast_object, is_main_rank
@@ -51,9 +52,10 @@ RESULTS_FILE = "sft_results.json"
 def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config, env: EnvClient | None = None) -> Experience:
     """Right-padded ``[prompt | solution EOS | pad]`` rows with the solution as the response; with an environment,
     the solution is a transcript and only its assistant turns are the response (``envs.transcripts``)."""
-    prompts = encode_prompts(tokenizer, problems, cfg.data.system_prompt, cfg.data.max_prompt_tokens)
+    prompts = encode_prompts(tokenizer, problems, cfg.data)
     if env is not None:
-        episodes = transcript_episodes(tokenizer, env, cfg.env.stop, problems, list(range(len(problems))))
+        chat = ChatFormat.of(cfg.data)
+        episodes = transcript_episodes(tokenizer, chat, env, cfg.env.stop, problems, list(range(len(problems))))
         return build_episode_rows(prompts, episodes, [0] * len(problems), tokenizer.pad_token_id)
     if any(not p.solution for p in problems):  # only a custom task's target column can be empty or not text
         raise InputError(
@@ -153,7 +155,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
     # Episodes with the environment that also splits the transcripts SFT trains on.
     env = EnvClient(cfg.env) if cfg.env.multi_turn else None
     if env is not None:
-        generator = EpisodeGenerator(generator, env, tokenizer, cfg.env)
+        generator = EpisodeGenerator(generator, env, tokenizer, cfg.env, ChatFormat.of(cfg.data))
     run = SFTRun(cfg, model, whole, layout, tokenizer, generator, validation, logger, env)
     try:
         results, step = run.stages(source)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from torch import nn
 
 from dtppo.config import Config, PolicyConfig, ValueConfig
+from dtppo.distributed.comm import is_main_rank
+from dtppo.distributed.parallelize import compute_dtype
+from dtppo.models.packing import check_packing, packing_tolerance, probe_rows, probe_width
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
 
@@ -31,6 +37,28 @@ class Worker:
             aggregation=self.cfg.loss.aggregation if name == "policy" else self.cfg.value.loss_aggregation,
             horizon=self.cfg.loss.aggregation_horizon,
         )
+
+    @torch.no_grad()
+    def _check_packing(self, key: str, what: str, model_config, per_token: Callable[..., torch.Tensor]) -> None:
+        """Refuse ``key`` (a ``sequence_packing``) at start unless the model gives the same ``what`` through packed
+        rows as through padded ones, on a probe batch (``models.packing.check_packing``). Called when packing is on.
+
+        per_token(input_ids, attention_mask, packing) -> [B, T]: the worker's own path, on the wrapped model (every
+        rank runs the same probe, so sharded forwards meet their collectives)."""
+        longest = self.cfg.data.max_prompt_tokens + self.cfg.response_horizon
+        ids, attention_mask = probe_rows(model_config.get_text_config().vocab_size, probe_width(model_config, longest))
+        ids, attention_mask = ids.to(self.layout.device), attention_mask.to(self.layout.device)
+        training = self.model.training
+        self.model.eval()  # LoRA's dropout would make the two passes differ
+        try:
+            padded, packed = (per_token(ids, attention_mask, packing) for packing in (False, True))
+        finally:
+            self.model.train(training)
+        valid = attention_mask.bool()
+        valid[:, 0] = False  # no log-prob, and V(s_0) = 0, at a row's first token
+        diff = check_packing(key, model_config, what, padded, packed, valid, packing_tolerance(compute_dtype()))
+        if is_main_rank():
+            print(f"{key}: packed = padded on a {ids.shape[1]}-token probe (largest difference {diff:.1e})", flush=True)
 
     # ---- lifecycle. These only switch the module mode: weights and optimizer state stay where they are in every
     # phase (on the rank's device; with ``cpu_offload``, in host memory between FSDP2's per-block copies). The

@@ -14,10 +14,9 @@ from dtppo.faults import gen_logprob_error
 from dtppo.generation.episodes import with_episodes
 from dtppo.generation.generator import Generator, build_generator
 from dtppo.models.causal_lm import build_policy, stop_token_ids
-from dtppo.models.logprobs import token_logprobs
+from dtppo.models.logprobs import sequence_logprobs
 from dtppo.models.lora import adapters_disabled, add_adapters, merged_model
 from dtppo.models.lora import describe as describe_lora
-from dtppo.models.packing import pack_rows
 from dtppo.models.weights import full_parameters
 from dtppo.types import Experience, SampleRequest
 from dtppo.workers.base import Worker
@@ -60,7 +59,7 @@ class PolicyWorker(Worker):
                 device=self.layout.device,
                 replica=self.layout.replica if self.layout.sharded else None,
             )
-            self.generator = with_episodes(engine, cfg.env, tokenizer)
+            self.generator = with_episodes(engine, cfg, tokenizer)
             if is_main_rank():
                 print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
@@ -71,6 +70,8 @@ class PolicyWorker(Worker):
             )
         self.model = self.layout.wrap(full, section.activation_checkpointing, section.cpu_offload)
         self.engine = self._build_engine(section)
+        if section.sequence_packing:  # after the engine, as the value worker's check
+            self._check_packing("policy.sequence_packing", "log-probs", full.config, self._probe_logprobs)
 
     # ---- generation (``rollout.generator``: the engine, its decoder and its copy of the weights live behind it)
     def prepare_for_generation(self) -> None:
@@ -130,23 +131,22 @@ class PolicyWorker(Worker):
         With ``policy.sequence_packing`` the rows' sequences are packed (no pad tokens computed) and the
         results unpacked.
         """
+        policy = self.cfg.policy
+        return sequence_logprobs(
+            model,
+            rows.input_ids,
+            rows.attention_mask,
+            rows.response_mask.bool(),
+            self.temperature,
+            policy.logprob_chunk_size,
+            policy.sequence_packing,
+        )
+
+    def _probe_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, packing: bool) -> torch.Tensor:
+        """Every token's log-prob under the policy, rows packed or padded (the packing check). [B, T] -> [B, T]."""
         chunk = self.cfg.policy.logprob_chunk_size
-        if not self.cfg.policy.sequence_packing:
-            return token_logprobs(
-                model, rows.input_ids, rows.attention_mask, rows.response_mask.bool(), self.temperature, chunk
-            )
-        packed = pack_rows(rows.input_ids, rows.attention_mask)
-        return packed.unpack(
-            token_logprobs(
-                model,
-                packed.input_ids,
-                packed.attention_mask,
-                packed.pack(rows.response_mask.bool()),
-                self.temperature,
-                chunk,
-                packed.position_ids,
-                packed.sequence_starts,
-            )
+        return sequence_logprobs(
+            self.model, input_ids, attention_mask, attention_mask.bool(), self.temperature, chunk, packing
         )
 
     # ---- training

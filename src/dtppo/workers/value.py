@@ -53,6 +53,10 @@ class ValueWorker(Worker):
                 print(f"value: {describe_lora(critic, cfg.value.lora)} (the value head included)", flush=True)
         self.model = self.layout.wrap(critic, cfg.value.activation_checkpointing, cfg.value.cpu_offload)
         self.engine = self._build_engine(cfg.value)
+        # After the engine: a forward before the optimizer is built (FSDP2's lazy init then runs earlier) changed
+        # the critic's TP = 2 gradients in tests/distributed/test_parity.py.
+        if cfg.value.sequence_packing:
+            self._check_packing("value.sequence_packing", "values", backbone.config, self.model.values)
 
     @torch.no_grad()
     def get_values(self, experience: Experience) -> torch.Tensor:

@@ -108,9 +108,10 @@ def test_build_sources_applies_the_config_and_the_prompt_limit(data_file, monkey
         f"data.validation.path={data_file}",
         "data.max_prompt_tokens=200",
     ]
-    train, validation = build_sources(tiny_config(*overrides), tokenizer=tokenizer)
+    cfg = tiny_config(*overrides)
+    train, validation = build_sources(cfg, tokenizer=tokenizer)
     assert [p.question for p in train] == [q for q, _ in GOOD] and validation == train
-    assert max(len(ids) for ids in encode_prompts(tokenizer, train, None, 10_000)) <= 200
+    assert max(len(ids) for ids in encode_prompts(tokenizer, train, cfg.data)) <= 200
     strict = tiny_config(*overrides, "data.on_bad_row=error")
     with pytest.raises(DataError, match=rf"{data_file}:{FIRST_BAD_LINE}:"):
         build_sources(strict, tokenizer=tokenizer)

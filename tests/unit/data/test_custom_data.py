@@ -11,6 +11,7 @@ import yaml
 
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
+from dtppo.data.chat import ChatFormat
 from dtppo.data.formats import MATH, row_format
 from dtppo.data.loader import build_sources, encode_prompts, format_prompt
 from dtppo.data.rows import DataError, read_jsonl
@@ -95,12 +96,14 @@ def test_math_rows_take_the_last_boxed_answer_of_the_solution(tmp_path):
 def test_chat_prompts_go_through_the_template_and_the_length_rule(tmp_path):
     tokenizer = load_tokenizer(None)
     user_only = [{"role": "user", "content": "Say 7."}]
-    assert format_prompt(tokenizer, user_only, "Sys") == format_prompt(tokenizer, "Say 7.", "Sys")
-    assert format_prompt(tokenizer, MESSAGES, "Ignored") == "Be brief.\nSay 7.\nAnswer: "  # the row's own system turn
+    sys, ignored = ChatFormat("Sys"), ChatFormat("Ignored")
+    assert format_prompt(tokenizer, user_only, sys) == format_prompt(tokenizer, "Say 7.", sys)
+    assert format_prompt(tokenizer, MESSAGES, ignored) == "Be brief.\nSay 7.\nAnswer: "  # the row's own system turn
     path = _write(tmp_path / "rows.jsonl", [{"prompt": MESSAGES}, {"prompt": [{"role": "user", "content": "x" * 300}]}])
-    train, validation = build_sources(_custom(path, "data.max_prompt_tokens=100"), tokenizer=tokenizer)
+    cfg = _custom(path, "data.max_prompt_tokens=100")
+    train, validation = build_sources(cfg, tokenizer=tokenizer)
     assert [p.question for p in train] == [MESSAGES] and validation == train
-    assert encode_prompts(tokenizer, train, None, 100)[0] == tokenizer("Be brief.\nSay 7.\nAnswer: ")["input_ids"]
+    assert encode_prompts(tokenizer, train, cfg.data)[0] == tokenizer("Be brief.\nSay 7.\nAnswer: ")["input_ids"]
 
 
 @pytest.mark.parametrize(

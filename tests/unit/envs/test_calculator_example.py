@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dtppo.config import EnvConfig
+from dtppo.data.chat import ChatFormat
 from dtppo.data.problem import Problem
 from dtppo.envs.client import EnvClient
 from dtppo.envs.transcripts import transcript_episodes
@@ -49,7 +50,7 @@ def _client():
 def test_a_transcript_is_split_into_turns_and_only_the_assistant_is_trained():
     solution = "<calc>523+312</calc><result>835</result>\n#### 835"
     problems = [Problem("Q", solution, "835"), Problem("Q2", "2 + 3 = 5\n#### 5", "5")]
-    episodes = transcript_episodes(TOK, _client(), ("</calc>",), problems, [0, 1])
+    episodes = transcript_episodes(TOK, ChatFormat(), _client(), ("</calc>",), problems, [0, 1])
     rows = build_episode_rows([[5], [5]], episodes, [0, 0], TOK.pad_token_id)
     trained = [TOK.decode(r[m.bool()].tolist()) for r, m in zip(rows.input_ids, rows.response_mask)]
     assert trained == ["<calc>523+312</calc>#### 835<eos>", "2 + 3 = 5\n#### 5<eos>"]
@@ -62,4 +63,4 @@ def test_a_transcript_is_split_into_turns_and_only_the_assistant_is_trained():
 def test_a_transcript_the_environment_would_not_produce_is_refused():
     wrong = [Problem("Q", "<calc>2+2</calc><result>5</result>\n#### 5", "5")]
     with pytest.raises(InputError, match=r"sample 0: after its turn 1 .* answers '<result>4</result>\\n'"):
-        transcript_episodes(TOK, _client(), ("</calc>",), wrong, [0])
+        transcript_episodes(TOK, ChatFormat(), _client(), ("</calc>",), wrong, [0])

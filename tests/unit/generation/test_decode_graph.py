@@ -23,9 +23,7 @@ def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp
     cfg = tiny_config("ppo.init_from_sft=false")
     tok = build_char_tokenizer()
     model = build_causal_lm(None, cfg.policy.model.tiny, len(tok), tok.pad_token_id, tok.eos_token_id, 0).eval()
-    prompts = encode_prompts(
-        tok, PromptLoader(build_sources(cfg)[0], 0).next_batch(8), cfg.data.system_prompt, cfg.data.max_prompt_tokens
-    )
+    prompts = encode_prompts(tok, PromptLoader(build_sources(cfg)[0], 0).next_batch(8), cfg.data)
     stops, ids = stop_token_ids(model, tok), torch.arange(8)
 
     eager_generator = TorchGenerator(model, stops, tok.pad_token_id)

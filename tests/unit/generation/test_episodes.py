@@ -10,8 +10,10 @@ import torch
 
 from dtppo.algorithms.advantages import compute_gae, compute_turn_gae, token_level_rewards, turn_starts
 from dtppo.config import EnvConfig, from_dict
+from dtppo.data.chat import ChatFormat
 from dtppo.envs.client import EnvClient
-from dtppo.generation.episodes import EpisodeGenerator, observation_tokens, stop_string_cut
+from dtppo.envs.observations import observation_tokens
+from dtppo.generation.episodes import EpisodeGenerator, stop_string_cut
 from dtppo.generation.responses import decode_responses
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.ppo.advantage_estimator import build_estimator
@@ -225,7 +227,7 @@ class ScriptEngine:
 
 def _loop(script, rows=None, **env):
     cfg = EnvConfig(class_=SCRIPTED, num_workers=0, stop=("</calc>",), **env)
-    return EpisodeGenerator(ScriptEngine(script), EnvClient(cfg), TOK, cfg)
+    return EpisodeGenerator(ScriptEngine(script), EnvClient(cfg), TOK, cfg, ChatFormat())
 
 
 def _prompts(n):
@@ -295,9 +297,10 @@ def test_stop_string_cut_and_observation_tokens():
     ids = TOK("ab</calc>cd", add_special_tokens=False)["input_ids"]
     assert stop_string_cut(TOK, ids, ("</calc>",)) == 9
     assert stop_string_cut(TOK, ids, ("zz",)) is None and stop_string_cut(TOK, ids, ()) is None
-    assert TOK.decode(observation_tokens(TOK, "<result>1</result>")) == "<result>1</result>"
-    # The character tokenizer's template prints message contents after a neutral exchange and the answer header.
-    assert TOK.decode(observation_tokens(TOK, [{"role": "tool", "content": "7"}])).startswith("7")
+    assert TOK.decode(observation_tokens(TOK, ChatFormat(), "<result>1</result>", [EOS])) == "<result>1</result>"
+    # The character tokenizer's template prints a message's content, then the answer header after the last one.
+    tool = [{"role": "tool", "content": "7"}]
+    assert TOK.decode(observation_tokens(TOK, ChatFormat(), tool, [EOS])) == "7\nAnswer: "
 
 
 def test_episode_config_keys():

@@ -71,7 +71,10 @@ def test_other_architectures_decode_through_the_hf_forward_and_refuse_the_static
     model, tok, prompts = _real_format(gpt2_dir)
     stops = stop_token_ids(model, tok)
     auto = TorchGenerator(model, stops, tok.pad_token_id)
-    assert auto.decoder == "hf" and auto.describe() == "torch backend, hf decoder (gpt2 model)"
+    assert auto.decoder == "hf" and auto.describe() == (
+        "torch backend, hf decoder (gpt2 model): the static decoder implements Qwen2, Qwen3, Llama, Mistral and "
+        "Gemma 3 text models, not this gpt2 model"
+    )
     rows = auto.sample(SampleRequest(prompts, SamplingParams(8), 3, torch.arange(len(prompts))))
     assert rows.response_mask.sum() > 0
     with pytest.raises(ValueError, match=r"^policy.generation.decoder: static .* not this gpt2 model"):

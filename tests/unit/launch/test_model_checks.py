@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from transformers import GPTNeoXJapaneseConfig
+from transformers import Gemma3Config, Gemma3TextConfig, GPTNeoXJapaneseConfig
 
 from dtppo.config import ConfigError
 from dtppo.launch.preflight import preflight
@@ -113,3 +113,22 @@ def test_a_head_size_the_vllm_cpu_build_cannot_run_is_refused():
     ):
         preflight(tiny_config(*vllm))
     preflight(tiny_config(*vllm[:1]))  # 128 / 4 = 32
+
+
+def test_a_critic_no_export_layout_can_write_is_refused_at_start(qwen_dir, tmp_path):
+    # Gemma 3's multimodal config (its 4B+ checkpoints' format): its base model has no hidden_size for the value head,
+    # so the critic could be neither built nor exported; refused here, on meta-device builds, in one line
+    composite = with_chat_template(qwen_dir, tmp_path / "gemma3", QWEN_TEMPLATE)
+    Gemma3Config().to_json_file(str(composite / "config.json"))
+    with pytest.raises(ConfigError) as err:
+        load(qwen_dir, f"value.model.path={composite}")
+    message = str(err.value)
+    assert message.startswith(f"value.model.path: a critic starting from {composite} (gemma3) could not be built or ")
+    assert "has no hidden_size for the value head" in message and "\n" not in message
+    # negative control: Gemma 3's text config has no token-classification class either, and is written as the base
+    # model plus its head: it passes
+    text = with_chat_template(qwen_dir, tmp_path / "gemma3-text", QWEN_TEMPLATE)
+    Gemma3TextConfig(vocab_size=800, hidden_size=32, num_hidden_layers=2, head_dim=16).to_json_file(
+        str(text / "config.json")
+    )
+    assert load(qwen_dir, f"value.model.path={text}").value.model.path == str(text)

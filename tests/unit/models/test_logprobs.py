@@ -7,7 +7,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from dtppo.config import ModelConfig
 from dtppo.models.causal_lm import build_causal_lm
-from dtppo.models.logprobs import token_logprobs
+from dtppo.models.logprobs import sequence_logprobs, token_logprobs
 from dtppo.models.packing import pack_rows
 from dtppo.ops import logprobs_from_logits
 from dtppo.types import build_response_mask
@@ -79,22 +79,11 @@ def test_gradients_equal_todays_full_logits_path():
 def test_packed_rows_equal_padded_rows():
     model = _qwen().eval()
     ids, attention, response = _batch(seed=5)
-    packed = pack_rows(ids, attention)
     with torch.no_grad():
-        padded = token_logprobs(model, ids, attention, response, 1.0, 4)
-        unpacked = packed.unpack(
-            token_logprobs(
-                model,
-                packed.input_ids,
-                packed.attention_mask,
-                packed.pack(response),
-                1.0,
-                4,
-                packed.position_ids,
-                packed.sequence_starts,
-            )
-        )
-    assert packed.num_rows < ids.shape[0]
+        padded = sequence_logprobs(model, ids, attention, response, 1.0, 4, packing=False)
+        unpacked = sequence_logprobs(model, ids, attention, response, 1.0, 4, packing=True)
+    assert pack_rows(ids, attention).num_rows < ids.shape[0]
+    assert torch.equal(padded, token_logprobs(model, ids, attention, response, 1.0, 4))
     assert torch.allclose(unpacked, padded, atol=1e-5, rtol=0)
 
 
@@ -102,20 +91,8 @@ def test_a_response_at_a_packed_sequence_start_gets_no_prediction_from_its_neigh
     model = _qwen().eval()
     ids, attention, _ = _batch(seed=6)
     everything = attention.bool()  # every token wanted, even each sequence's first
-    packed = pack_rows(ids, attention)
     with torch.no_grad():
-        out = packed.unpack(
-            token_logprobs(
-                model,
-                packed.input_ids,
-                packed.attention_mask,
-                packed.pack(everything),
-                1.0,
-                8,
-                packed.position_ids,
-                packed.sequence_starts,
-            )
-        )
+        out = sequence_logprobs(model, ids, attention, everything, 1.0, 8, packing=True)
     assert torch.all(out[:, 0] == 0) and torch.all(out[:, 1:][everything[:, 1:]] != 0)
 
 

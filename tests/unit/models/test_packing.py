@@ -54,20 +54,6 @@ def test_pack_rows_layout_round_trips():
     assert torch.equal(torch.where(packed.source >= 0, packed.position_ids, t), t)
 
 
-def test_block_causal_mask_keeps_each_token_inside_its_sequence():
-    ids, mask = _batch()
-    packed = pack_rows(ids, mask)
-    row_of = packed.source // ids.shape[1]  # which padded row (sequence) each packed token belongs to
-    attend = packed.attention_mask[:, 0]
-    for r in range(packed.num_rows):
-        for i in range(packed.input_ids.shape[1]):
-            if packed.source[r, i] < 0:
-                continue
-            keys = attend[r, i].nonzero().squeeze(-1)
-            assert torch.all(row_of[r, keys] == row_of[r, i]) and torch.all(keys <= i)
-            assert len(keys) == int(packed.position_ids[r, i]) + 1  # all earlier tokens of its sequence
-
-
 def test_pack_rows_rejects_left_padding():
     ids, mask = _batch()
     with pytest.raises(ValueError, match="right-padded"):
