@@ -121,7 +121,8 @@ def main() -> None:
     prompts = [torch.randint(2, SHAPE["vocab_size"], (n,), generator=generator).tolist() for n in lengths]
     print(
         f"{BATCH} prompts of 16-48 tokens x {NEW_TOKENS} new tokens, hidden 256, 4 layers, fp32, "
-        f"{torch.get_num_threads()} thread(s), medians of {args.rounds} rounds; measured on a shared machine"
+        f"{torch.get_num_threads()} thread(s), medians of {args.rounds} rounds; load: the 1-minute load average "
+        "when a family started"
     )
     print(f"{'family':<16}{'static tok/s':>14}{'hf tok/s':>10}{'static/hf':>11}{'CPU-s ratio':>13}{'load':>7}")
     rows = []
@@ -143,7 +144,6 @@ def main() -> None:
         "window": WINDOW,
         "torch": torch.__version__,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "shared_machine": True,
     }
     out = PERF / "decoder_families.json"
     out.parent.mkdir(parents=True, exist_ok=True)
