@@ -111,12 +111,14 @@ def balanced_rows(lengths: torch.Tensor, index: int, count: int) -> torch.Tensor
 @dataclass(frozen=True)
 class SamplingParams:
     """How tokens are drawn: at most ``max_new_tokens`` per response, from the policy's distribution at
-    ``temperature`` within nucleus ``top_p``, or its argmax when ``greedy``."""
+    ``temperature`` within nucleus ``top_p``, or its argmax when ``greedy``; no stop token among a response's first
+    ``min_new_tokens`` (vLLM's ``min_tokens``: their logits are -inf there)."""
 
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     greedy: bool = False
+    min_new_tokens: int = 0
 
 
 @dataclass(frozen=True)

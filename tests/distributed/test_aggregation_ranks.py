@@ -1,5 +1,6 @@
 """Every loss aggregation mode gives the same update at dp=2 (FSDP2, each rank a different share of tokens and
-sequences) as in one process, microbatches of 1 or of a rank's whole share."""
+sequences) as in one process, microbatches of 1 or of a rank's whole share, or of at most 20 tokens (each rank
+groups its own rows: their counts differ until the ranks split to the same number)."""
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -13,6 +14,7 @@ from tests.support.batches import synthetic_experience
 from tests.support.harness import full_state_dict, layout_engine, run
 
 VOCAB = 50
+BUDGET = 20  # tokens per microbatch: rows hold 5 to 18, rank 0 groups 3 microbatches, rank 1 4
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -29,7 +31,7 @@ def aggregation_round(overrides: list[str], out_path: str) -> None:
     experience = synthetic_experience(VOCAB)
     results = {}
     for mode in MODES:
-        for micro in (1, 8 // world):
+        for micro, budget in ((1, None), (8 // world, None), (8 // world, BUDGET)):
             model = layout.wrap(_model())
             engine = layout_engine(model, layout, max_grad_norm=100.0, aggregation=mode, horizon=16)
 
@@ -38,8 +40,8 @@ def aggregation_round(overrides: list[str], out_path: str) -> None:
                 logprobs = token_logprobs(model, micro_batch.input_ids, micro_batch.attention_mask, mask, 1.0, 8)
                 return -weighted_sum(logprobs * micro_batch.advantages, micro_batch.loss_weights), {}
 
-            metrics = engine.train(experience, loss, global_batch=8, micro_batch=micro)
-            results[f"{mode}/{micro}"] = {"loss": metrics["loss"], "weights": full_state_dict(model)}
+            metrics = engine.train(experience, loss, global_batch=8, micro_batch=micro, max_tokens=budget)
+            results[f"{mode}/{budget or micro}"] = {"loss": metrics["loss"], "weights": full_state_dict(model)}
     if rank() == 0:
         torch.save(results, out_path)
 
@@ -49,7 +51,8 @@ def test_every_mode_matches_one_process_at_dp2_and_any_microbatching():
     reference = single["token-mean/8"]["weights"]
     for mode in MODES:
         base = single[f"{mode}/8"]
-        runs = [single[f"{mode}/1"], sharded[f"{mode}/1"], sharded[f"{mode}/4"]]
+        runs = [single[f"{mode}/1"], sharded[f"{mode}/1"], sharded[f"{mode}/4"], single[f"{mode}/{BUDGET}"]]
+        runs.append(sharded[f"{mode}/{BUDGET}"])
         for other in runs:
             assert abs(float(other["loss"]) - float(base["loss"])) < 1e-5 * max(1.0, abs(float(base["loss"])))
             assert max(float((other["weights"][k] - base["weights"][k]).abs().max()) for k in reference) < 1e-5

@@ -113,6 +113,13 @@ class GenerationConfig:
     """Sampling temperature; training log-probs use the same temperature."""
     top_p: float = 1.0
     """Nucleus sampling mass (1 = off)."""
+    min_new_tokens: int = 0
+    """Rollouts' stop tokens (the tokenizer's EOS and the generation config's) are not sampled before a response
+    has this many tokens (vLLM's ``min_tokens``): their logits are -inf for those steps, so ``min_new_tokens =
+    max_new_tokens`` makes every response exactly that long (benchmarks, tests). Episodes: per assistant turn.
+    Recorded log-probs are of the distribution sampled from, without the stop tokens, and the trainer's are of
+    the full one, so train/token_mult_prob_error is 1/(1 - p(stop)) on those tokens. Validation ignores
+    it (it measures the real task)."""
     val_greedy: bool = True
     """Validation decodes greedily."""
     backend: Literal["torch", "vllm"] = "torch"
@@ -136,6 +143,11 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         at_least(self, 1, "max_new_tokens")
+        require(
+            0 <= self.min_new_tokens <= self.max_new_tokens,
+            "min_new_tokens",
+            f"must be in [0, max_new_tokens = {self.max_new_tokens}], got {self.min_new_tokens}",
+        )
         require(self.temperature > 0.0, "temperature", "must be > 0")
         require(0.0 < self.top_p <= 1.0, "top_p", "must be in (0, 1]")
         if self.backend == "vllm":
@@ -242,6 +254,12 @@ class PolicyConfig:
     train_micro_batch_size: int = 32
     """Most samples per forward/backward on one rank: clamped to the rank's share of the global batch (so any
     rank count works); must divide that share when smaller (``Config.micro_batch_size``)."""
+    max_tokens_per_microbatch: int | None = None
+    """Token-budget microbatches (verl's ``use_dynamic_bsz``): each rank groups its own rows of each minibatch into
+    microbatches of at most this many real tokens (prompt + response), longest rows first, each into the first
+    microbatch it fits (a longer row goes alone), and ``train_micro_batch_size`` is unused; data-parallel ranks
+    split groups until they all run the same number. Same gradient under every ``loss.aggregation``. null = fixed
+    microbatches of ``train_micro_batch_size`` rows."""
     logprob_batch_size: int = 64
     """Most samples per no-grad forward on one rank when recomputing log-probs."""
     logprob_chunk_size: int = 128
@@ -267,6 +285,8 @@ class PolicyConfig:
         at_least(
             self, 1, "train_global_batch_size", "train_micro_batch_size", "logprob_batch_size", "logprob_chunk_size"
         )
+        budget = self.max_tokens_per_microbatch
+        require(budget is None or budget >= 1, "max_tokens_per_microbatch", f"must be >= 1 or null, got {budget}")
         require(self.max_grad_norm > 0.0, "max_grad_norm", "must be > 0")
 
 
@@ -288,6 +308,8 @@ class ValueConfig:
     """As ``policy.train_global_batch_size``."""
     train_micro_batch_size: int = 32
     """As ``policy.train_micro_batch_size``."""
+    max_tokens_per_microbatch: int | None = None
+    """As ``policy.max_tokens_per_microbatch``, for the critic's update."""
     inference_batch_size: int = 64
     """Most samples per no-grad forward on one rank when computing values."""
     max_grad_norm: float = 1.0
@@ -341,6 +363,8 @@ class ValueConfig:
             "updates_per_step",
             "warmup_ev_window",
         )
+        budget = self.max_tokens_per_microbatch
+        require(budget is None or budget >= 1, "max_tokens_per_microbatch", f"must be >= 1 or null, got {budget}")
         require(self.warmup_max_steps >= 0, "warmup_max_steps", f"must be >= 0, got {self.warmup_max_steps}")
         require(
             self.warmup_until_ev is None or -math.inf < self.warmup_until_ev <= 1.0,

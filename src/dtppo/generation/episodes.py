@@ -119,7 +119,11 @@ class EpisodeGenerator:
         (those whose turn ended at a stop)."""
         budgets = [self.cfg.max_total_tokens - episodes[i].used for i in active]
         params = request.params
-        turn_params = dataclasses.replace(params, max_new_tokens=min(params.max_new_tokens, max(budgets)))
+        turn_max = min(params.max_new_tokens, max(budgets))
+        # min_new_tokens is per turn, cut to the turn's budget like max_new_tokens.
+        turn_params = dataclasses.replace(
+            params, max_new_tokens=turn_max, min_new_tokens=min(params.min_new_tokens, turn_max)
+        )
         prefixes = [episodes[i].prefix for i in active]
         turn_request = SampleRequest(prefixes, turn_params, turn_key(request.key, turn - 1), request.sample_ids[active])
         batch = self.engine.sample(turn_request)

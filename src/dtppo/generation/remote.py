@@ -40,7 +40,7 @@ from dtppo.models.weights import weight_names
 from dtppo.types import Experience, SampleRequest, SamplingParams, concat_rows
 
 WEIGHTS, REQUEST, STOP = 1, 2, 3
-_HEADER = 8  # int64 fields: kind, tag, version, n, tokens, max_new_tokens, greedy, key
+_HEADER = 9  # int64 fields: kind, tag, version, n, tokens, max_new_tokens, greedy, key, min_new_tokens
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class GenerationClient:
         """Weights of policy version ``version`` (a flat fp32 buffer, ``flatten_weights``), or None when they did not
         change since the last version. Returns once posted; holds at most two weight buffers undelivered."""
         numel = 0 if flat is None else flat.numel()
-        self._post(_header(WEIGHTS, 0, version, numel, 0, 0, int(flat is not None), 0), "sending weights")
+        self._post(_header(WEIGHTS, 0, version, numel, 0, 0, int(flat is not None), 0, 0), "sending weights")
         if flat is not None:
             while len(self._weight_posts) > 1:
                 with _link():
@@ -94,13 +94,21 @@ class GenerationClient:
 
     def submit(self, tag: int, request: SampleRequest, version: int) -> None:
         """Ask for ``request`` sampled by policy version ``version``; ``tag`` names the batch (unique, in order). The
-        generation ranks sample at ``policy.generation``'s temperature and top-p: the request's length, greediness,
-        stream key and sample ids travel."""
+        generation ranks sample at ``policy.generation``'s temperature and top-p: the request's length, minimum
+        length, greediness, stream key and sample ids travel."""
         prompts, params = request.prompts, request.params
         lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
         tokens = torch.tensor([t for p in prompts for t in p], dtype=torch.long)
         header = _header(
-            REQUEST, tag, version, len(prompts), len(tokens), params.max_new_tokens, params.greedy, request.key
+            REQUEST,
+            tag,
+            version,
+            len(prompts),
+            len(tokens),
+            params.max_new_tokens,
+            params.greedy,
+            request.key,
+            params.min_new_tokens,
         )
         self._post(header, f"requesting batch {tag}")
         self._post(torch.cat([lengths, request.sample_ids.long(), tokens]), f"requesting batch {tag}")
@@ -132,7 +140,7 @@ class GenerationClient:
     def close(self) -> None:
         """STOP, then let the posts drain (best effort: the generation ranks may be gone)."""
         try:
-            self._post(_header(STOP, 0, 0, 0, 0, 0, 0, 0), "stopping")
+            self._post(_header(STOP, 0, 0, 0, 0, 0, 0, 0, 0), "stopping")
         except GenerationError:
             return
         self.bridge.close()
@@ -174,9 +182,11 @@ def _link() -> Iterator[None]:
         raise GenerationError(str(err)) from None
 
 
-def _header(kind: int, tag: int, version: int, rows: int, tokens: int, max_new: int, greedy: int, key: int):
+def _header(
+    kind: int, tag: int, version: int, rows: int, tokens: int, max_new: int, greedy: int, key: int, min_new: int
+) -> torch.Tensor:
     """A message's fixed int64 header (``_HEADER`` fields)."""
-    return torch.tensor([kind, tag, version, rows, tokens, max_new, int(greedy), key], dtype=torch.long)
+    return torch.tensor([kind, tag, version, rows, tokens, max_new, int(greedy), key, min_new], dtype=torch.long)
 
 
 def flatten_weights(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
@@ -273,7 +283,7 @@ class GenerationService:
         self._times["loading"] += time.perf_counter() - start
 
     def _answer(self, header: list[int]) -> None:
-        _, tag, version, rows, tokens, max_new_tokens, greedy, key = header
+        _, tag, version, rows, tokens, max_new_tokens, greedy, key, min_new_tokens = header
         payload = self.bridge.take(torch.zeros(2 * rows + tokens, dtype=torch.long), f"receiving batch {tag}")
         if version != self.generator.version:
             raise GenerationError(
@@ -283,7 +293,7 @@ class GenerationService:
         lengths, sample_ids, flat = payload[:rows], payload[rows : 2 * rows], payload[2 * rows :]
         prompts = [p.tolist() for p in torch.split(flat, lengths.tolist())]
         gen = self.cfg.policy.generation
-        params = SamplingParams(max_new_tokens, gen.temperature, gen.top_p, greedy=bool(greedy))
+        params = SamplingParams(max_new_tokens, gen.temperature, gen.top_p, bool(greedy), min_new_tokens)
         mine = torch.tensor_split(torch.arange(rows), self.count)[self.index]
         part = None
         if len(mine):
@@ -311,7 +321,7 @@ class GenerationService:
         cycle = now - self._clock
         header = [tag, version, *experience.input_ids.shape, times["busy"], times["waited"], times["loading"], cycle]
         header[4:] = [int(seconds * 1e9) for seconds in header[4:]]
-        self._send(torch.tensor(header, dtype=torch.long))
+        self._send(torch.tensor([*header, 0], dtype=torch.long))  # zero-filled to the _HEADER fields
         for tensor in (experience.input_ids, experience.attention_mask):
             self._send(tensor.long())
         for tensor in (experience.response_mask, experience.gen_logprobs):

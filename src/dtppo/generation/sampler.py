@@ -112,10 +112,15 @@ def inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
 
 
 def pick_tokens(
-    logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor | None
+    logits: torch.Tensor, params: SamplingParams, uniform: torch.Tensor | None, banned: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``choose_tokens`` with the randomness given: uniform [B] float64 (unused when greedy)."""
+    """``choose_tokens`` with the randomness given: uniform [B] float64 (unused when greedy). ``banned`` [S] int64:
+    token ids that cannot be drawn at this step (the stop set before ``min_new_tokens``); the log-prob returned is
+    then of the distribution renormalised without them, the one actually sampled from (as vLLM's
+    ``processed_logprobs`` after its min-tokens processor)."""
     scaled = logits.float() if params.temperature == 1.0 else logits.float() / params.temperature
+    if banned is not None:
+        scaled = scaled.index_fill(-1, banned, float("-inf"))
     if params.greedy:
         tokens = scaled.argmax(-1)
     else:
@@ -162,8 +167,9 @@ def sample_tokens(
 
     ids, attention_mask: [B, W] left-padded prompts (``left_padded``); prompt_lengths: [B]; sample_ids: [B] global
     sample indices (drive the noise); stop_ids: the tokens that end a response
-    (``models.causal_lm.stop_token_ids``). The response includes its first stop token; rows without one are
-    ``truncated``. The decoder is one fresh for this rollout, or a compiled one refreshed (``rollout.generator``).
+    (``models.causal_lm.stop_token_ids``), never drawn before token ``params.min_new_tokens``. The response
+    includes its first stop token; rows without one are ``truncated``. The decoder is one fresh for this rollout,
+    or a compiled one refreshed (``rollout.generator``).
     """
     device = ids.device
     batch, max_new = ids.shape[0], params.max_new_tokens
@@ -175,7 +181,8 @@ def sample_tokens(
     logprobs = torch.zeros((max_new, batch), device=device)
     steps = max_new
     for t in range(max_new):
-        tok, lp = pick_tokens(logits, params, None if uniforms is None else uniforms[t])
+        banned = stop if t < params.min_new_tokens else None
+        tok, lp = pick_tokens(logits, params, None if uniforms is None else uniforms[t], banned)
         tokens[t], logprobs[t] = tok, lp
         if t == max_new - 1 or (
             (t + 1) % _STOP_CHECK_PERIOD == 0 and bool(torch.isin(tokens[: t + 1], stop).any(0).all())

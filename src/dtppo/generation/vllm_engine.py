@@ -8,7 +8,8 @@ ids (no vLLM tokenizer is loaded: it would encode dtppo's character tokenizer di
 
 Log-probs are vLLM's ``processed_logprobs``: of the tempered distribution the tokens were drawn from, as
 dtppo's trainer computes them (``log softmax(logits / T)``), so ``train/token_mult_prob_error`` compares like
-with like at any temperature.
+with like at any temperature. ``min_new_tokens`` is vLLM's ``min_tokens``, a logits processor applied before
+those log-probs: before it, they are of the distribution without the stop tokens, as dtppo's own sampler records.
 
 Randomness: request i gets its own ``SamplingParams(seed=...)`` from (stream key, sample id), so a rerun draws
 the same tokens. Whether a sample's tokens also survive a change of batch composition or dp layout depends on
@@ -155,6 +156,7 @@ class VLLMEngine:
                 temperature=0.0 if params.greedy else params.temperature,
                 top_p=params.top_p,
                 max_tokens=params.max_new_tokens,
+                min_tokens=params.min_new_tokens,
                 stop_token_ids=list(stop_ids),
                 ignore_eos=True,
                 logprobs=0,

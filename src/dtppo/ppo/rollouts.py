@@ -100,7 +100,7 @@ def rollout_request(
     ids past those of the step's ``extra`` earlier batches (dynamic sampling's), so no two samples share random
     numbers."""
     gen = cfg.policy.generation
-    params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=False)
+    params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, False, gen.min_new_tokens)
     sample_ids = torch.arange(len(prompts)) + extra * len(prompts)
     return SampleRequest(prompts, params, stream_key(cfg.ppo.seed, step), sample_ids, rows)
 

@@ -3,7 +3,8 @@
 Normalisation: each minibatch is one optimizer step; its loss is the per-token losses summed with the
 aggregation's weights (``algorithms.aggregation``: token-mean, sequence-mean, ...), computed once over the whole
 minibatch before the microbatch loop and carried by its rows (``Experience.loss_weights``). Any microbatch size,
-accumulation count or data-parallel size therefore gives the same gradient.
+accumulation count, token-budget grouping (``token_budget_microbatches``) or data-parallel size therefore gives the
+same gradient.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dtppo.distributed.grad_norm import clip_grad_norm_
 from dtppo.distributed.parallelize import microbatch_accumulation
 from dtppo.errors import NonFiniteError
 from dtppo.faults import nonfinite_injected
+from dtppo.models.packing import first_fit_decreasing
 from dtppo.models.ties import tied_names, untied
 from dtppo.observability.metrics import normalise, reduce_across_ranks, reduce_stats
 from dtppo.observability.profiling import profiled
@@ -29,6 +31,33 @@ from dtppo.types import Experience, balanced_rows
 
 # A microbatch's share of its minibatch's loss (its per-token losses summed with ``micro.loss_weights``) and stats.
 LossFn = Callable[[Experience], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def token_budget_microbatches(lengths: torch.Tensor, max_tokens: int) -> list[torch.Tensor]:
+    """Rows grouped into microbatches of at most ``max_tokens`` real tokens. lengths: [B] tokens per row (prompt +
+    response) -> one [n] int64 index tensor per microbatch; together they hold every row once.
+
+    First-fit decreasing, as sequence packing bins rows (``models.packing.first_fit_decreasing``): a row longer
+    than the budget goes alone. Deterministic, so a rerun (or a resume) forms the same microbatches.
+    """
+    groups = first_fit_decreasing(lengths.cpu().tolist(), max_tokens)
+    return [torch.tensor(rows, dtype=torch.long) for rows in groups]
+
+
+def split_to(groups: list[torch.Tensor], lengths: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """``groups`` (index tensors into lengths: [B] tokens per row) split until there are ``count`` (at most B): the
+    group with the most tokens among those of two rows or more is cut in two halves, the longer rows first.
+
+    Data-parallel ranks must run the same number of microbatches (each forward's FSDP collectives pair up across
+    ranks), and a rank's own grouping may need fewer; splitting only lowers a group's tokens, so the budget holds.
+    """
+    groups = list(groups)
+    while len(groups) < count:
+        cut = max((g for g in range(len(groups)) if len(groups[g]) > 1), key=lambda g: int(lengths[groups[g]].sum()))
+        rows = groups.pop(cut)
+        half = (len(rows) + 1) // 2
+        groups[cut:cut] = [rows[:half], rows[half:]]
+    return groups
 
 
 def lr_lambda(cfg: SchedulerConfig) -> Callable[[int], float]:
@@ -123,10 +152,17 @@ class TrainEngine:
         return grad_norm.detach()
 
     def train(
-        self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int
+        self,
+        experience: Experience,
+        loss_fn: LossFn,
+        global_batch: int,
+        micro_batch: int,
+        max_tokens: int | None = None,
     ) -> dict[str, torch.Tensor]:
         """One pass over ``experience`` in minibatches of ``global_batch`` samples (one optimizer step each),
-        each rank's share in microbatches of at most ``micro_batch`` rows (a bound, not a divisor).
+        each rank's share in microbatches of at most ``micro_batch`` rows (a bound, not a divisor), or, when
+        ``max_tokens`` is set, of at most ``max_tokens`` real tokens (``token_budget_microbatches``; each rank
+        groups its own rows, ``micro_batch`` is then unused).
 
         Returns tensors: ``loss`` (each minibatch's aggregated loss) and ``grad_norm``, means over optimizer steps,
         ``lr``, and the loss function's statistics reduced over all microbatches (sums normalised by all valid
@@ -135,10 +171,18 @@ class TrainEngine:
         """
         self.train_calls += 1
         with profiled(self.name, self.train_calls, rank()):
-            return self._train_pass(experience, loss_fn, global_batch, micro_batch)
+            return self._train_pass(experience, loss_fn, global_batch, micro_batch, max_tokens)
+
+    def _microbatches(self, local: Experience, micro_batch: int, max_tokens: int | None) -> list[Experience]:
+        if max_tokens is None:
+            return [local.slice(start, start + micro_batch) for start in range(0, local.batch_size, micro_batch)]
+        lengths = local.attention_mask.sum(-1).cpu()
+        groups = token_budget_microbatches(lengths, max_tokens)
+        count = all_reduce(torch.tensor(len(groups), device=self.device), "max", self.dp_group)
+        return [local.take(rows.to(local.attention_mask.device)) for rows in split_to(groups, lengths, int(count))]
 
     def _train_pass(
-        self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int
+        self, experience: Experience, loss_fn: LossFn, global_batch: int, micro_batch: int, max_tokens: int | None
     ) -> dict[str, torch.Tensor]:
         self.model.train()
         losses, norms, stats = [], [], []
@@ -152,9 +196,9 @@ class TrainEngine:
             local = local.to(self.device)
             loss_total = torch.zeros((), device=self.device)
             with microbatch_accumulation(self.model, self.unsharded_accumulation) as before_microbatch:
-                for micro_start in range(0, local.batch_size, micro_batch):
-                    micro = local.slice(micro_start, micro_start + micro_batch)
-                    before_microbatch(micro_start + micro_batch >= local.batch_size)
+                micros = self._microbatches(local, micro_batch, max_tokens)
+                for index, micro in enumerate(micros):
+                    before_microbatch(index == len(micros) - 1)
                     loss, micro_stats = loss_fn(micro)
                     if nonfinite_injected(self.name, self.scheduler.last_epoch):
                         loss = loss * float("nan")  # test hook (dtppo.faults): a real overflow's effect

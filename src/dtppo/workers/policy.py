@@ -173,6 +173,11 @@ class PolicyWorker(Worker):
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of clipped PPO over ``experience`` (needs old_logprobs and advantages)."""
+        section = self.cfg.policy
         return self.engine.train(
-            experience, self.loss, self.cfg.policy.train_global_batch_size, self.cfg.policy.train_micro_batch_size
+            experience,
+            self.loss,
+            section.train_global_batch_size,
+            section.train_micro_batch_size,
+            section.max_tokens_per_microbatch,
         )

@@ -91,6 +91,11 @@ class ValueWorker(Worker):
 
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of value regression onto ``experience.returns`` (needs old_values and returns)."""
+        section = self.cfg.value
         return self.engine.train(
-            experience, self.loss, self.cfg.value.train_global_batch_size, self.cfg.value.train_micro_batch_size
+            experience,
+            self.loss,
+            section.train_global_batch_size,
+            section.train_micro_batch_size,
+            section.max_tokens_per_microbatch,
         )
