@@ -76,7 +76,7 @@ def _round(out_path: str) -> None:
             "num_grads": len(grads),
             "sharded": all(isinstance(g, DTensor) for g in grads),
         }
-    mesh = RankLayout(ParallelConfig()).mesh["dp_shard"]
+    mesh = RankLayout(ParallelConfig()).meshes.root["dp_shard"]
     try:
         global_grad_norm([DTensor.from_local(torch.ones(3), mesh, [Partial()])], mesh.get_group())
         results["partial"] = "accepted"

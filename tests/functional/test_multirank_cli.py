@@ -1,7 +1,8 @@
 """`dtppo ppo ... cluster.workers_per_node=2`: two gloo ranks started by the CLI itself.
 
 Checks: the reference gates; the first step's metrics equal the single-process run's (rollouts are
-layout-invariant); a checkpoint written at dp=2 resumes at dp=1 and at dp=2 with the same next step; export
+layout-invariant); context parallelism (cp=2) trains as one process does, and its checkpoints resume across cp=1
+and cp=2; a checkpoint written at dp=2 resumes at dp=1 and at dp=2 with the same next step; export
 of a sharded checkpoint gives consolidated HF weights; the tiny recipe runs at dp=2 with no micro-batch overrides.
 """
 
@@ -15,6 +16,7 @@ from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
 from tests.support.recipes import FAST, TINY
 
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
+CP2 = ["policy.parallel.cp=2", "value.parallel.cp=2"]
 
 
 def _args(sft_dir, name, steps, workers, *extra):
@@ -45,6 +47,7 @@ def runs(sft_dir, tmp_path_factory):
     run_cli(_args(sft_dir, "dp1", 2, 1), cwd)
     run_cli(_args(sft_dir, "dp2", 2, 2), cwd)
     run_cli(_args(sft_dir, "pools", 2, 2, "cluster.policy_ranks=1"), cwd)
+    run_cli(_args(sft_dir, "cp2", 2, 2, *CP2), cwd)
     return cwd
 
 
@@ -84,6 +87,29 @@ def test_separate_pools_train_exactly_like_one_process(runs, tmp_path):
         torch.testing.assert_close(pooled[key], single[key], rtol=1e-5, atol=1e-6, msg=key)
     shard_files = sorted(p.name for p in (runs / "pools" / "ckpt" / "step_2" / "weights").glob("*.distcp"))
     assert shard_files == ["__0_0.distcp", "__1_0.distcp"]  # each pool wrote its own model
+
+
+def test_cp2_trains_exactly_like_one_process(runs):
+    """Both models context-parallel over the two ranks: every metric of both steps (rollouts, rewards, both
+    updates, validation) equals the single-process run's, timings aside."""
+    for step in (1, 2):
+        one, cp2 = _metrics(runs, "dp1", step), _metrics(runs, "cp2", step)
+        compared = [k for k in one if not k.startswith(("timing/", "perf/"))]
+        assert len(compared) > 20 and set(compared) <= set(cp2)
+        for key in compared:
+            assert cp2[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (step, key)
+
+
+def test_a_cp2_checkpoint_resumes_at_cp1_and_a_cp1_checkpoint_at_cp2(runs, sft_dir):
+    shutil.copytree(runs / "cp2", runs / "cp2_to_cp1")
+    shutil.copytree(runs / "dp1", runs / "cp1_to_cp2")
+    assert "resumed from" in run_cli(_args(sft_dir, "cp2_to_cp1", 3, 1), runs).stdout
+    assert "resumed from" in run_cli(_args(sft_dir, "cp1_to_cp2", 3, 2, *CP2), runs).stdout
+    at_cp1, at_cp2 = _metrics(runs, "cp2_to_cp1", 3), _metrics(runs, "cp1_to_cp2", 3)
+    compared = [k for k in at_cp1 if not k.startswith(("timing/", "perf/"))]
+    assert len(compared) > 20
+    for key in compared:
+        assert at_cp2[key] == pytest.approx(at_cp1[key], rel=1e-4, abs=1e-6), key
 
 
 @pytest.mark.slow

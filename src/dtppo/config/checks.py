@@ -51,7 +51,7 @@ def check_sft(cfg: Config) -> None:
         cfg.sft.batch_size % dp == 0,
         "sft.batch_size",
         f"{cfg.sft.batch_size} must divide evenly over the policy's {dp} data-parallel ranks (SFT trains where the "
-        f"policy does: its pool's ranks / policy.parallel.tp)",
+        f"policy does: its pool's ranks / (policy.parallel.tp · policy.parallel.cp))",
     )
     micro = cfg.sft.micro_batch_size
     require(
@@ -228,6 +228,12 @@ def _check_vllm(cfg: Config) -> None:
         return
     key = "policy.generation.backend"
     require(
+        cfg.policy.parallel.cp == 1,
+        "policy.parallel.cp",
+        f"must be 1 with {key}=vllm in the training ranks (not run together yet; generation ranks, "
+        f"cluster.generation_ranks, take a vLLM engine at any cp), got {cfg.policy.parallel.cp}",
+    )
+    require(
         cfg.policy.parallel.tp == 1,
         "policy.parallel.tp",
         f"must be 1 with {key}=vllm (a tensor-parallel vLLM engine inside the training ranks is not "
@@ -277,10 +283,17 @@ def _check_layout(cfg: Config, section: Literal["policy", "value"]) -> None:
         f"cluster.workers_per_node, split by cluster.policy_ranks)",
     )
     require(
-        (pool // parallel.tp) % parallel.dp_replicate == 0,
-        f"{section}.parallel.dp_replicate",
-        f"{parallel.dp_replicate} must divide the {section} pool's {pool // parallel.tp} data-parallel ranks "
+        (pool // parallel.tp) % parallel.cp == 0,
+        f"{section}.parallel.cp",
+        f"{parallel.cp} must divide the {section} pool's {pool // parallel.tp} ranks per tensor-parallel group "
         f"(its ranks / {key})",
+    )
+    dp = pool // (parallel.tp * parallel.cp)
+    require(
+        dp % parallel.dp_replicate == 0,
+        f"{section}.parallel.dp_replicate",
+        f"{parallel.dp_replicate} must divide the {section} pool's {dp} data-parallel ranks "
+        f"(its ranks / ({key} · {section}.parallel.cp))",
     )
 
 
@@ -313,7 +326,7 @@ def _check_batches(cfg: Config, section: Literal["policy", "value"]) -> None:
         global_batch % dp == 0,
         gkey,
         f"{global_batch} must divide evenly over the {dp} data-parallel ranks "
-        f"(the {section} pool's ranks / {section}.parallel.tp)",
+        f"(the {section} pool's ranks / ({section}.parallel.tp · {section}.parallel.cp))",
     )
     share = global_batch // dp
     require(

@@ -104,7 +104,7 @@ class ClusterConfig:
     """Where the ranks run and how policy and critic share them."""
 
     num_nodes: int = 1
-    """nodes x workers_per_node = ranks; each model's dp = its ranks / its parallel.tp."""
+    """nodes x workers_per_node = ranks; each model's dp = its ranks / (its parallel.tp · parallel.cp)."""
     workers_per_node: int = 1
     """> 1: `dtppo ppo` starts the ranks itself (or run it under torchrun)."""
     backend: Literal["local", "ray"] = "local"

@@ -131,8 +131,9 @@ class Config:
         return self.value.model.path or self.policy_init_path
 
     def data_parallel_size(self, role: Literal["policy", "value"]) -> int:
-        """Data-parallel ranks of ``role``'s pool: its ranks / its ``parallel.tp``."""
-        return len(self.cluster.pool(role)) // getattr(self, role).parallel.tp
+        """Data-parallel ranks of ``role``'s pool: its ranks / (its ``parallel.tp`` · its ``parallel.cp``)."""
+        parallel = getattr(self, role).parallel
+        return len(self.cluster.pool(role)) // (parallel.tp * parallel.cp)
 
     def micro_batch_size(self, role: Literal["policy", "value"]) -> int:
         """Samples per forward/backward on one rank: ``train_micro_batch_size`` is an upper bound, clamped to a

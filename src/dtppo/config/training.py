@@ -179,10 +179,16 @@ class GenerationConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelConfig:
-    """How a model's pool of ranks is split: data-parallel (FSDP/HSDP) × tensor-parallel."""
+    """How a model's pool of ranks is split: data-parallel (FSDP/HSDP) × context-parallel × tensor-parallel."""
 
     tp: int = 1
     """Tensor-parallel ranks per model replica; divides the pool's ranks."""
+    cp: int = 1
+    """Context-parallel ranks: each row of a microbatch is split over ``cp`` ranks, which exchange keys and values
+    in attention (long responses). dp = the pool's ranks / (tp · cp)."""
+    cp_layout: str = "zigzag"
+    """How a row is split over the cp ranks: ``zigzag`` (rank r holds chunks r and 2·cp-1-r of 2·cp, the same
+    causal-attention work on every rank) or ``contiguous``."""
     sequence_parallel: bool = False
     """Shard RMSNorm activations over the sequence too (needs tp > 1)."""
     unsharded_grad_accumulation: bool = True
@@ -196,6 +202,12 @@ class ParallelConfig:
         require(self.tp >= 1, "tp", f"must be >= 1, got {self.tp}")
         require(not self.sequence_parallel or self.tp > 1, "sequence_parallel", "needs tp > 1")
         require(self.dp_replicate >= 1, "dp_replicate", f"must be >= 1, got {self.dp_replicate}")
+        require(self.cp >= 1, "cp", f"must be >= 1, got {self.cp}")
+        require(
+            self.cp_layout in ("zigzag", "contiguous"),
+            "cp_layout",
+            f"must be zigzag or contiguous, got {self.cp_layout!r}",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,8 @@ def _copies(grad: torch.Tensor, group_size: int) -> int:
     if any(p.is_partial() for p in grad.placements):
         # A pending sum has no local squared norm; FSDP2 and dtppo's TP plans leave only Shard/Replicate.
         raise ValueError(f"clip_grad_norm_: a gradient with placements {grad.placements} is still a partial sum")
-    spread = math.prod(grad.device_mesh.size(i) for i, p in enumerate(grad.placements) if p.is_shard())
+    # Not ``is_shard()``: FSDP2 over a tensor-parallel Shard(0) places ``_StridedShard``, which is no ``Shard``.
+    spread = math.prod(grad.device_mesh.size(i) for i, p in enumerate(grad.placements) if not p.is_replicate())
     return group_size // spread
 
 

@@ -24,7 +24,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from dtppo.distributed.parallel_dims import MeshAxis, ParallelDims, fsdp_mesh
+from dtppo.distributed.parallel_dims import MeshAxis, Meshes, ParallelDims
 
 # Where decoder blocks live: Qwen2/Llama-style (causal LM, base model, ValueModel), then GPT-2-style.
 _BLOCK_PATHS = ("model.layers", "backbone.layers", "layers", "transformer.h", "backbone.h", "h")
@@ -120,8 +120,8 @@ def mixed_precision() -> MixedPrecisionPolicy:
     )
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims, cpu_offload: bool = False) -> nn.Module:
-    """In place: TP (+SP) over the ``tp`` axis, then FSDP2 over ``dp_shard`` (each block, then the root),
+def parallelize(model: nn.Module, meshes: Meshes, dims: ParallelDims, cpu_offload: bool = False) -> nn.Module:
+    """In place: TP (+SP) over the ``tp`` axis, then FSDP2 over ``dp_shard`` × ``cp`` (each block, then the root),
     replicated over ``dp_replicate`` (HSDP: reduce-scatter within a replica, all-reduce across replicas).
 
     Parameters compute in :func:`compute_dtype` (:func:`mixed_precision`). Gradients are summed, not averaged,
@@ -131,10 +131,10 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, dims: ParallelDims, cpu_offl
     built on the returned parameters then holds its state and steps there too.
     """
     if dims.tp > 1:
-        apply_tp(model, mesh[MeshAxis.TP], dims.sequence_parallel)
+        apply_tp(model, meshes.root[MeshAxis.TP], dims.sequence_parallel)
     mp = mixed_precision()
     offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload else OffloadPolicy()
-    dp_mesh = fsdp_mesh(mesh)
+    dp_mesh = meshes.fsdp
     # No known blocks (warned at config load): the root alone is one FSDP unit, gathered whole per forward.
     for layer in decoder_layers(model) or ():
         fully_shard(layer, mesh=dp_mesh, mp_policy=mp, offload_policy=offload)

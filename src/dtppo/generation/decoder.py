@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 
 from dtppo.generation.decoder_weights import _Dims, _LayerWeights, read_dims, read_layer, read_top
+from dtppo.models.attention import KERNEL, Segments, attend_segments
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, d: _Dims) -> torch.Tensor:
@@ -75,13 +76,14 @@ def _layer(
     v_cache: torch.Tensor,
     columns: torch.Tensor,
     keys: int,
-    mask: torch.Tensor,
+    mask: torch.Tensor | tuple[Segments, int | None],
     d: _Dims,
 ) -> torch.Tensor:
     """One decoder layer. x: [B, S, H]; writes this chunk's K/V into the caches at ``columns`` [S].
 
     rotation: [B·S, 1, D/2, 2] (cos, sin); k_cache, v_cache: [B, Hkv, T_max, D]. S == 1 (decode): ``mask`` is the
-    additive bias of ``_attend_decode``. S > 1 (prefill): ``mask`` [B, 1, S, keys] bool for SDPA.
+    additive bias of ``_attend_decode``. S > 1 (prefill): ``mask`` is the prompts' ``Segments`` and the layer's
+    window, for ``attend_segments``.
     """
     batch, seq, hidden = x.shape
     flat = x.reshape(batch * seq, hidden)
@@ -96,15 +98,10 @@ def _layer(
     if seq == 1:
         attn = _attend_decode(qk[:, 0, : d.n_q], k_cache, v_cache, mask, keys, d)
     else:
-        out = F.scaled_dot_product_attention(
-            qk[:, :, : d.n_q].transpose(1, 2),
-            k_cache[:, :, :keys],
-            v_cache[:, :, :keys],
-            attn_mask=mask,
-            scale=d.scale,
-            enable_gqa=d.n_q != d.n_kv,
-        )
-        attn = out.transpose(1, 2).reshape(batch * seq, d.n_q * d.head_dim)
+        segments, window = mask
+        q = qk[:, :, : d.n_q].transpose(1, 2)
+        out = attend_segments(q, k_cache[:, :, :keys], v_cache[:, :, :keys], segments, window, d.scale)
+        attn = out.reshape(batch * seq, d.n_q * d.head_dim)
     attn = F.linear(attn, w.o, w.o_bias)
     if w.attn_out_norm is not None:  # Gemma: normed before the residual add
         attn = _rms_norm(attn, w.attn_out_norm, d)
@@ -126,7 +123,7 @@ def _forward(
     rotation: torch.Tensor,
     columns: torch.Tensor,
     keys: int,
-    masks: list[torch.Tensor],
+    masks: list,
     d: _Dims,
 ) -> torch.Tensor:
     """Logits of the last position of ``ids`` [B, S]: [B, V] float32. rotation: [B·S, K, D/2, 2], one (cos, sin)
@@ -249,14 +246,10 @@ class StaticKVDecoder:
         batch, width = ids.shape
         self.key_mask[:, :width] = attention_mask.bool()
         columns = torch.arange(width, device=self.device)
-        causal = columns[None, :] <= columns[:, None]
-        masks = []
-        for window in self.dims.windows:
-            seen = causal if window is None else causal & (columns[None, :] > columns[:, None] - window)
-            # A pad query may see only itself: a row with no visible key would give NaN, and NaN K/V written
-            # for pad columns would poison later steps (0 weight × NaN value is still NaN).
-            alone = torch.eye(width, dtype=torch.bool, device=self.device)
-            masks.append(((seen & self.key_mask[:, None, :width]) | alone)[:, None])
+        # Each prompt is a causal sequence at its row's end, attended without a [W, W] mask; the pad columns
+        # before it get a zero output (finite: their K/V, never attended, must not be NaN).
+        segments = Segments.of_left_padded(attention_mask)
+        masks = [(segments, window) for window in self.dims.windows]
         rotation = self.rotations(positions).flatten(0, 1)
         return _forward(
             ids,
@@ -334,9 +327,15 @@ class HFCacheDecoder:
 
     def prefill(self, ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         self.attention_mask = attention_mask
+        # With dtppo's kernel the prompts are causal sequences at their rows' ends, attended without a [W, W] mask;
+        # the decode steps' masks are [B, 1, 1, keys].
+        if self.model.config._attn_implementation == KERNEL:
+            inputs = {"dtppo_segments": Segments.of_left_padded(attention_mask)}
+        else:
+            inputs = {"attention_mask": attention_mask}
         out = self.model(
             input_ids=ids,
-            attention_mask=attention_mask,
+            **inputs,
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,

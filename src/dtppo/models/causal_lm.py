@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from dtppo.config import Config, TinyModelConfig
+from dtppo.models.attention import attention_implementation
 from dtppo.models.loading import disable_dropout, loading_from
 
 
@@ -28,14 +36,16 @@ def tiny_qwen2_config(tiny: TinyModelConfig, vocab_size: int, pad_id: int, eos_i
 def build_causal_lm(
     path: str | None, tiny: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int, seed: int
 ) -> PreTrainedModel:
-    """fp32 causal LM from the HF directory ``path``, else a random tiny Qwen2 seeded with ``seed``."""
+    """fp32 causal LM from the HF directory ``path``, else a random tiny Qwen2 seeded with ``seed``; its attention
+    is ``models.attention``'s choice."""
     if path is not None:
         with loading_from(path):
-            return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+            attention = attention_implementation(AutoConfig.from_pretrained(path))
+            return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         config = tiny_qwen2_config(tiny, vocab_size, pad_id, eos_id)
-        config._attn_implementation = "sdpa"
+        config._attn_implementation = attention_implementation(config)
         return Qwen2ForCausalLM(config)
 
 

@@ -20,7 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dtppo.models.packing import pack_rows
+from dtppo.distributed.context import ContextShards
+from dtppo.models.attention import Segments
+from dtppo.models.context import ContextForward
+from dtppo.models.packing import needed_mask, pack_rows
 from dtppo.ops import shift_right
 
 
@@ -32,11 +35,17 @@ def sequence_logprobs(
     temperature: float,
     chunk_size: int,
     packing: bool,
+    shards: ContextShards | None = None,
 ) -> torch.Tensor:
     """:func:`token_logprobs` of right-padded rows, with ``packing`` through packed rows (no pad token computed,
-    ``models.packing``) and the results unpacked. input_ids, attention_mask, wanted: [B, T] -> [B, T] float32."""
+    ``models.packing``) and the results unpacked. input_ids, attention_mask, wanted: [B, T] -> [B, T] float32.
+
+    Right-padded and packed rows pass the model no mask (``models.packing.needed_mask``, ``models.attention``):
+    causal attention in a right-padded row never reaches its padding, and packed rows carry their sequences'
+    boundaries. shards: context parallelism (``models.context``), None for whole rows."""
     if not packing:
-        return token_logprobs(model, input_ids, attention_mask, wanted, temperature, chunk_size)
+        mask = needed_mask(attention_mask)
+        return token_logprobs(model, input_ids, mask, wanted, temperature, chunk_size, shards=shards)
     packed = pack_rows(input_ids, attention_mask)
     return packed.unpack(
         token_logprobs(
@@ -48,6 +57,8 @@ def sequence_logprobs(
             chunk_size,
             packed.position_ids,
             packed.sequence_starts,
+            packed.segments,
+            shards,
         )
     )
 
@@ -61,31 +72,44 @@ def token_logprobs(
     chunk_size: int,
     position_ids: torch.Tensor | None = None,
     sequence_starts: torch.Tensor | None = None,
+    segments: Segments | None = None,
+    shards: ContextShards | None = None,
 ) -> torch.Tensor:
     """log softmax(logits / temperature) of each token where ``wanted``, 0 elsewhere. -> [B, T] float32.
 
     model: an HF causal LM (``base_model``, ``get_output_embeddings`` and ``logits_to_keep``, as Qwen2, Llama,
-    GPT-2 have). input_ids: [B, T]; attention_mask: [B, T] padding mask, or None for packed rows with their
-    position_ids [B, T] (``models.packing``). wanted: [B, T] bool, the tokens whose log-prob is needed (a
-    response mask).
+    GPT-2 have). input_ids: [B, T]; attention_mask: [B, T] padding mask, or None for right-padded rows and for
+    packed rows with their position_ids [B, T] (``models.packing``). wanted: [B, T] bool, the tokens whose log-prob
+    is needed (a response mask).
     sequence_starts: [B, T] bool for packed rows: a sequence's first token has no prediction (0, as t = 0).
+    segments: packed rows' sequences, for ``models.attention``'s kernel.
+    shards: context parallelism: this rank computes its tokens' predictions, gathered into the rows.
     Differentiable when grad is enabled.
     """
     scored = wanted.bool().clone()
     scored[:, 0] = False  # nothing predicts a row's first token, nor (packed) a sequence's
     if sequence_starts is not None:
         scored &= ~sequence_starts.bool()
-    rows, cols = scored.nonzero(as_tuple=True)
-    with _head_over(model, rows, cols, input_ids[rows, cols], temperature, chunk_size) as result:
-        model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device),
-            use_cache=False,
-        )
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    return out.index_put((rows, cols), result["logprobs"])
+    # Position t-1 scores token t: which positions score and the ids they score are built on the whole row; the
+    # one shift helper then moves each result to the token it scores.
+    scoring = torch.cat([scored[:, 1:], torch.zeros_like(scored[:, :1])], dim=1)
+    next_ids = torch.cat([input_ids[:, 1:], torch.zeros_like(input_ids[:, :1])], dim=1)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+    if segments is not None:
+        inputs["dtppo_segments"] = segments
+    context = None
+    if shards is not None:
+        if attention_mask is not None:
+            raise ValueError("context parallelism takes right-padded or packed rows (no padding mask)")
+        context = ContextForward.of(shards, input_ids, position_ids, sequence_starts)
+        scoring, next_ids = context.shard(scoring), context.shard(next_ids)
+        inputs = {"input_ids": context.input_ids, "position_ids": context.position_ids, "dtppo_context": context.rows}
+    rows, cols = scoring.nonzero(as_tuple=True)
+    with _head_over(model, rows, cols, next_ids[rows, cols], temperature, chunk_size) as result:
+        model(**inputs, logits_to_keep=torch.zeros(0, dtype=torch.long, device=input_ids.device), use_cache=False)
+    out = torch.zeros(scoring.shape, dtype=torch.float32, device=input_ids.device)
+    out = out.index_put((rows, cols), result["logprobs"])
+    return shift_right(context.gather(out) if context is not None else out, sequence_starts)
 
 
 @contextmanager
@@ -93,8 +117,8 @@ def _head_over(
     model: nn.Module, rows: torch.Tensor, cols: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_size: int
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Hooks for one forward: the base model's last hidden state is kept, and the LM head's call computes the
-    chunked log-probs of ``targets``, the tokens at (rows, cols), into the yielded dict's ``"logprobs"``: [N]
-    float32. The hidden state at t-1 predicts token t: the one shift helper moves it to t first."""
+    chunked log-probs of ``targets``, the tokens the hidden states at (rows, cols) predict, into the yielded dict's
+    ``"logprobs"``: [N] float32."""
     caught: dict[str, torch.Tensor] = {}
     head = model.get_output_embeddings()
 
@@ -102,7 +126,7 @@ def _head_over(
         caught["hidden"] = output[0] if isinstance(output, tuple) else output.last_hidden_state
 
     def score(module, args, output):
-        hidden = shift_right(caught.pop("hidden"))[rows, cols]
+        hidden = caught.pop("hidden")[rows, cols]
         caught["logprobs"] = chunked_logprobs(hidden, module.weight, module.bias, targets, temperature, chunk_size)
 
     handles = [model.base_model.register_forward_hook(keep_hidden), head.register_forward_hook(score)]

@@ -5,10 +5,12 @@ length spread (a few truncated responses set ``T`` for everyone). Packing lays s
 back in one row. Three things keep each packed sequence exactly what it was alone:
 
 - ``position_ids`` restart at 0 for every sequence, so rotary embeddings see the unpacked positions;
-- no ``attention_mask`` is passed: from ``position_ids`` that restart, transformers builds each layer's own mask
-  (causal within each sequence, and a sliding-window layer's window on top), as it does for padded rows. A
-  block-causal 4-D mask passed as given would be applied to every layer alike and drop the windows of
-  sliding-window layers (Gemma 2/3, Mistral v0.1, Qwen2 with ``use_sliding_window``);
+- no dense mask is passed: the rows carry :class:`~dtppo.models.attention.Segments` (each sequence's tokens), and
+  dtppo's attention kernel attends causally within each sequence, a sliding-window layer within its window too,
+  in memory linear in the length (``models.attention``). A model that keeps transformers' ``sdpa`` (softcapping)
+  gets each layer's own mask built from ``position_ids`` that restart instead. A block-causal 4-D mask passed as
+  given would be applied to every layer alike and drop the windows of sliding-window layers (Gemma 2/3, Mistral
+  v0.1, Qwen2 with ``use_sliding_window``);
 - ``sequence_starts`` marks each sequence's first token: anything read one position back (log-probs from
   the logits at t-1, V(s_t) from the value head at t-1) restarts there (see :func:`dtppo.ops.shift_right`).
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from dtppo.errors import InputError
+from dtppo.models.attention import Segments
 
 
 @dataclass(frozen=True)
@@ -35,11 +38,12 @@ class PackedRows:
 
     input_ids:       [R, L] int64, whole sequences back to back; filler id 0 after the last one
     position_ids:    [R, L] int64, 0, 1, ... within each sequence (the filler counts on from 0 as well): the
-                     model's attention reads the sequence boundaries from them
+                     rotary positions, and the boundaries for a model on transformers' ``sdpa``
     sequence_starts: [R, L] bool, True at the first token of each sequence
     source:          [R, L] int64, flat index ``b * T + t`` of the padded position a packed token came
                      from; -1 on the filler
     padded_shape:    (B, T) of the padded batch
+    segments:        the sequences (and each row's filler) for ``models.attention``'s kernel
     """
 
     input_ids: torch.Tensor
@@ -47,6 +51,7 @@ class PackedRows:
     sequence_starts: torch.Tensor
     source: torch.Tensor
     padded_shape: tuple[int, int]
+    segments: Segments
 
     @property
     def num_rows(self) -> int:
@@ -88,17 +93,24 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     return bins
 
 
+def needed_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """The padding mask a causal forward of these rows needs: none for right-padded rows ([tokens | pad]), whose
+    tokens never attend to the padding after them, so attention runs without a dense mask (``models.attention``);
+    ``attention_mask`` [B, T] itself for any other layout (left padding, holes)."""
+    lengths = attention_mask.long().sum(-1)
+    expected = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None] < lengths[:, None]
+    return None if torch.equal(expected, attention_mask.bool()) else attention_mask
+
+
 def sequence_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
     """Tokens per right-padded row. attention_mask: [B, T] -> [B] int64.
 
     Raises ValueError if a row is not ``[ones | zeros]``: packing moves the first ``len`` tokens of a row,
     so a hole inside a row would be silently dropped.
     """
-    lengths = attention_mask.long().sum(-1)
-    expected = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None] < lengths[:, None]
-    if not torch.equal(expected, attention_mask.bool()):
+    if needed_mask(attention_mask) is not None:
         raise ValueError("sequence packing needs right-padded rows ([tokens | pad]) in attention_mask")
-    return lengths
+    return attention_mask.long().sum(-1)
 
 
 def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: int | None = None) -> PackedRows:
@@ -113,14 +125,18 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: i
     packed_width = max((sum(lengths[i] for i in row) for row in bins), default=1) or 1
     source = torch.full((len(bins), packed_width), -1, dtype=torch.long)
     position = torch.zeros(len(bins), packed_width, dtype=torch.long)
+    spans = []
     for r, row in enumerate(bins):
         offset = 0
         for i in row:
             n = lengths[i]
             source[r, offset : offset + n] = i * width + torch.arange(n)
             position[r, offset : offset + n] = torch.arange(n)
+            spans.append((r * packed_width + offset, r * packed_width + offset + n))
             offset += n
         position[r, offset:] = torch.arange(packed_width - offset)  # the filler is a sequence of its own
+        if offset < packed_width:
+            spans.append((r * packed_width + offset, (r + 1) * packed_width))
     device = input_ids.device
     source, position = source.to(device), position.to(device)
     ids = torch.where(source >= 0, input_ids.reshape(-1)[source.clamp(min=0)], 0)
@@ -130,6 +146,7 @@ def pack_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, capacity: i
         sequence_starts=(position == 0) & (source >= 0),
         source=source,
         padded_shape=(batch, width),
+        segments=Segments.of_spans(spans, len(bins) * packed_width, device),
     )
 
 

@@ -8,13 +8,16 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from dtppo.algorithms.advantages import right_shift_values
+from dtppo.distributed.context import ContextShards
 from dtppo.errors import InputError
+from dtppo.models.attention import ContextRows, Segments, attention_implementation
+from dtppo.models.context import ContextForward
 from dtppo.models.critic_format import read_critic, write_critic
 from dtppo.models.loading import loading_from
-from dtppo.models.packing import pack_rows
+from dtppo.models.packing import needed_mask, pack_rows
 
 
 class ValueModel(nn.Module):
@@ -28,6 +31,8 @@ class ValueModel(nn.Module):
     and shifts within each sequence; the results equal the padded path's (dtppo.models.packing).
     head: (weight [1, H], bias [1] or None) to start from instead of a fresh head, e.g. a reward model's
     score head (:func:`reward_model_head`); a missing bias starts at 0. ``seed`` and ``init_std`` are then unused.
+    shards: context parallelism (``models.context``): :meth:`values` runs this rank's tokens of each row and
+    gathers the head's outputs into whole rows before the shift. None: whole rows.
     """
 
     def __init__(
@@ -38,9 +43,11 @@ class ValueModel(nn.Module):
         shift: bool = True,
         sequence_packing: bool = False,
         head: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+        shards: ContextShards | None = None,
     ):
         super().__init__()
         self.backbone = backbone
+        self.shards = shards
         self.score = nn.Linear(backbone.config.hidden_size, 1)
         self.shift = shift
         self.sequence_packing = sequence_packing
@@ -55,13 +62,23 @@ class ValueModel(nn.Module):
                 self.score.bias.copy_(bias.reshape(1) if bias is not None else torch.zeros(1))
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None = None,
+        segments: Segments | None = None,
+        context: ContextRows | None = None,
     ) -> torch.Tensor:
         """Head output at every position (unshifted). input_ids: [B, T]; attention_mask: [B, T] padding mask, or
-        None for packed rows with their position_ids [B, T] (``models.packing``) -> [B, T] float32."""
+        None for right-padded rows (causal attention never reaches their padding) and for packed rows with their
+        position_ids [B, T] and ``segments`` (``models.packing``, ``models.attention``) -> [B, T] float32.
+        context: the rows' sequences when ``input_ids`` are this rank's tokens of them (context parallelism)."""
         # No KV cache: the critic never decodes (and under activation checkpointing transformers would warn).
+        extra = {} if segments is None else {"dtppo_segments": segments}
+        if context is not None:
+            extra["dtppo_context"] = context
         hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra
         ).last_hidden_state
         # A copy, not a view: FSDP2 cannot hook backward into a view of the root output.
         return self.score(hidden).squeeze(-1).to(torch.float32, copy=True)
@@ -75,12 +92,22 @@ class ValueModel(nn.Module):
         meaning (0 when packed); callers mask them.
         """
         if not (self.sequence_packing if packing is None else packing):
-            head = self(input_ids, attention_mask)
+            head = self._head(input_ids, needed_mask(attention_mask))
             return right_shift_values(head) if self.shift else head
         packed = pack_rows(input_ids, attention_mask)
-        head = self(packed.input_ids, None, packed.position_ids)
+        head = self._head(packed.input_ids, None, packed.position_ids, packed.segments, packed.sequence_starts)
         # The shift restarts at each sequence's first token: V(s_t) never comes from a neighbour sequence.
         return packed.unpack(right_shift_values(head, packed.sequence_starts) if self.shift else head)
+
+    def _head(self, input_ids, attention_mask, position_ids=None, segments=None, sequence_starts=None) -> torch.Tensor:
+        """The head's output on whole rows [B, T] (arguments as :meth:`forward`'s; sequence_starts [B, T] of packed
+        rows), under context parallelism from this rank's tokens, gathered."""
+        if self.shards is None:
+            return self(input_ids, attention_mask, position_ids, segments)
+        if attention_mask is not None:
+            raise ValueError("context parallelism takes right-padded or packed rows (no padding mask)")
+        context = ContextForward.of(self.shards, input_ids, position_ids, sequence_starts)
+        return context.gather(self(context.input_ids, None, context.position_ids, context=context.rows))
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> None:
         """Write the critic as an HF directory that ``transformers`` loads, its weights in ``dtype`` (None: the
@@ -98,13 +125,15 @@ class ValueModel(nn.Module):
 
 
 def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedModel:
-    """A base model (no LM head) from ``path``, or randomly initialised from ``config`` with ``seed``."""
+    """A base model (no LM head) from ``path``, or randomly initialised from ``config`` with ``seed``; its attention
+    is ``models.attention``'s choice."""
     if path is not None:
         with loading_from(path):
-            return AutoModel.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+            attention = attention_implementation(AutoConfig.from_pretrained(path))
+            return AutoModel.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        config._attn_implementation = "sdpa"
+        config._attn_implementation = attention_implementation(config)
         return AutoModel.from_config(config)
 
 

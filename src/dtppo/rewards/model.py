@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrai
 from dtppo.config import RewardModelConfig
 from dtppo.errors import InputError
 from dtppo.models.loading import loading_from
+from dtppo.models.packing import needed_mask
 from dtppo.models.tokenizer import load_tokenizer
 
 KEY = "reward.model.path"
@@ -78,7 +79,7 @@ def last_token_scores(
     gathering the per-position logits, without computing T - 1 unused ones.
     """
     backbone = getattr(model, model.base_model_prefix)
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = backbone(input_ids=input_ids, attention_mask=needed_mask(attention_mask)).last_hidden_state
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     return model.score(hidden[rows, last.to(hidden.device)]).squeeze(-1)
 

@@ -36,6 +36,7 @@ from dtppo.generation.episodes import EpisodeGenerator
 from dtppo.generation.generator import Generator, TorchGenerator
 from dtppo.generation.responses import sample_responses
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
+from dtppo.models.packing import needed_mask
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.weights import full_parameters, load_weights
 from dtppo.observability.logger import MetricsLogger
@@ -86,7 +87,7 @@ def nll_loss_fn(model: PreTrainedModel):
     """The response tokens' negative log-likelihood, a token mean over the batch (the engine's default weights)."""
 
     def loss_fn(micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
+        logits = model(input_ids=micro.input_ids, attention_mask=needed_mask(micro.attention_mask)).logits
         logprobs = logprobs_from_logits(logits, micro.input_ids)
         return -weighted_sum(logprobs, micro.loss_weights), {}
 
@@ -284,7 +285,7 @@ class SFTRun:
         for start in range(0, len(self.validation), self.cfg.ppo.val_batch_size):
             problems = self.validation[start : start + self.cfg.ppo.val_batch_size]
             rows = sft_batch(self.tokenizer, problems, self.cfg, self.env).to(device)
-            logits = self.whole(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits
+            logits = self.whole(input_ids=rows.input_ids, attention_mask=needed_mask(rows.attention_mask)).logits
             logprobs = logprobs_from_logits(logits.float(), rows.input_ids)
             total -= float((logprobs * rows.response_mask).sum())
             tokens += float(rows.response_mask.sum())

@@ -10,6 +10,8 @@ from torch import nn
 from dtppo.config import Config, PolicyConfig, ValueConfig
 from dtppo.distributed.comm import is_main_rank
 from dtppo.distributed.parallelize import compute_dtype
+from dtppo.errors import InputError
+from dtppo.models.attention import context_parallel_refusal
 from dtppo.models.packing import check_packing, packing_tolerance, probe_rows, probe_width
 from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
@@ -37,6 +39,17 @@ class Worker:
             aggregation=self.cfg.loss.aggregation if name == "policy" else self.cfg.value.loss_aggregation,
             horizon=self.cfg.loss.aggregation_horizon,
         )
+
+    def _check_context(self, section: str, model_config) -> None:
+        """Refuse ``{section}.parallel.cp`` > 1 at start for what its attention kernel does not compute: a model
+        ``models.attention.context_parallel_refusal`` names, or a GPU (its kernel has run on CPU only)."""
+        if self.layout.shards is None:
+            return
+        reason = context_parallel_refusal(model_config)
+        if reason is None and self.layout.device.type != "cpu":
+            reason = "its attention kernel runs on CPU only so far (torch's flash attention for CPU)"
+        if reason is not None:
+            raise InputError(f"{section}.parallel.cp: context parallelism is not available here: {reason}; set it to 1")
 
     @torch.no_grad()
     def _check_packing(self, key: str, what: str, model_config, per_token: Callable[..., torch.Tensor]) -> None:

@@ -10,6 +10,7 @@ from torch import nn
 
 from dtppo.config import OptimizerConfig, ParallelConfig, SchedulerConfig
 from dtppo.distributed.comm import all_gather_rows, is_distributed, rank, world_size
+from dtppo.distributed.context import ContextShards
 from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_group
 from dtppo.distributed.parallelize import compute_dtype, parallelize
 from dtppo.models.recompute import recompute_blocks
@@ -18,9 +19,10 @@ from dtppo.workers.engine import TrainEngine
 
 
 class RankLayout:
-    """A worker's pool of ranks: ``dp`` row shards × ``tp`` model shards; the dp ranks hold ``dp_replicate``
-    whole-model replicas, each FSDP-sharded over the rest. It wraps the model for that layout, splits a batch's
-    rows among the dp ranks and gathers their results.
+    """A worker's pool of ranks: ``dp`` row shards × ``cp`` token shards × ``tp`` model shards; the dp ranks hold
+    ``dp_replicate`` whole-model replicas, each FSDP-sharded over the rest and the cp ranks. It wraps the model for
+    that layout, splits a batch's rows among the dp ranks (the cp and tp ranks of a dp rank see the same rows) and
+    gathers their results.
 
     The pool is every launched rank when policy and critic are colocated, or a contiguous block of ranks
     when they live in separate pools (``cluster.policy_ranks``). Building a RankLayout is collective over all
@@ -30,13 +32,21 @@ class RankLayout:
     def __init__(self, parallel: ParallelConfig, ranks: range | None = None):
         ranks = range(world_size()) if ranks is None else ranks
         self.ranks = ranks
-        self.dims = ParallelDims(len(ranks), parallel.tp, parallel.sequence_parallel, parallel.dp_replicate)
+        self.dims = ParallelDims(
+            len(ranks), parallel.tp, parallel.sequence_parallel, parallel.dp_replicate, parallel.cp, parallel.cp_layout
+        )
         # Any multi-process run shards, even a one-rank pool: its collectives must stay inside the pool.
-        self.mesh, dp_mesh, all_mesh = self.dims.build_mesh(ranks) if is_distributed() else (None, None, None)
+        self.meshes = self.dims.build_mesh(ranks) if is_distributed() else None
         self.member = rank() in ranks
+        dp_mesh = self.meshes.dp if self.meshes is not None else None
         self.dp_rank, self.dp_size = dp_coordinate(dp_mesh) if self.member else (0, 1)
         self.dp_group = dp_group(dp_mesh) if self.member else None
-        self.model_group = all_mesh.get_group() if self.member and all_mesh is not None else None  # grad norm
+        self.model_group = self.meshes.every.get_group() if self.member and self.meshes else None  # grad norm
+        # Context parallelism: this rank's share of each row (None: whole rows).
+        self.shards = None
+        if self.member and parallel.cp > 1:
+            cp = self.meshes.cp
+            self.shards = ContextShards(cp.get_local_rank(), parallel.cp, cp.get_group(), parallel.cp_layout)
         # Models and their microbatches live on this rank's device; the step's batch stays on the CPU.
         self.device = (
             torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -44,7 +54,7 @@ class RankLayout:
 
     @property
     def sharded(self) -> bool:
-        return self.mesh is not None
+        return self.meshes is not None
 
     def wrap(self, model: nn.Module, activation_checkpointing: bool = False, cpu_offload: bool = False) -> nn.Module:
         """On this rank's device; then TP(+SP) and FSDP2 when there is more than one rank.
@@ -58,7 +68,7 @@ class RankLayout:
             recompute_blocks(model)
         if not self.sharded:
             return model.to(self.device)
-        return parallelize(model if cpu_offload else model.to(self.device), self.mesh, self.dims, cpu_offload)
+        return parallelize(model if cpu_offload else model.to(self.device), self.meshes, self.dims, cpu_offload)
 
     def engine(
         self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float, **options

@@ -38,6 +38,7 @@ class PolicyWorker(Worker):
         self.temperature = cfg.policy.generation.temperature
         self.layout = layout or RankLayout(cfg.policy.parallel)
         full = build_policy(cfg, tokenizer)
+        self._check_context("policy", full.config)
         # Copies are taken on the CPU, before the policy is wrapped: one device copy each.
         section = cfg.policy
         if section.lora.enabled:
@@ -129,7 +130,7 @@ class PolicyWorker(Worker):
 
         Only response tokens reach the LM head, ``policy.logprob_chunk_size`` at a time (``models.logprobs``).
         With ``policy.sequence_packing`` the rows' sequences are packed (no pad tokens computed) and the
-        results unpacked.
+        results unpacked; with ``policy.parallel.cp`` > 1 each rank computes its tokens of every row.
         """
         policy = self.cfg.policy
         return sequence_logprobs(
@@ -140,14 +141,16 @@ class PolicyWorker(Worker):
             self.temperature,
             policy.logprob_chunk_size,
             policy.sequence_packing,
+            self.layout.shards,
         )
 
     def _probe_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, packing: bool) -> torch.Tensor:
         """Every token's log-prob under the policy, rows packed or padded (the packing check). [B, T] -> [B, T]."""
         chunk = self.cfg.policy.logprob_chunk_size
         return sequence_logprobs(
-            self.model, input_ids, attention_mask, attention_mask.bool(), self.temperature, chunk, packing
-        )
+            self.model, input_ids, attention_mask, attention_mask.bool(), self.temperature, chunk, packing,
+            self.layout.shards,
+        )  # fmt: skip
 
     # ---- training
     def loss(self, micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -42,7 +42,9 @@ class ValueWorker(Worker):
             shift=cfg.value.shift_values,
             sequence_packing=cfg.value.sequence_packing,
             head=head,
+            shards=self.layout.shards,
         )
+        self._check_context("value", backbone.config)
         if cfg.value.warm_start is not None:  # the whole critic, before any adapter: they start fresh on it
             load_warm_start(critic, cfg.value.warm_start)
             if is_main_rank():

@@ -23,9 +23,11 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from dtppo.generation import decoder as decoder_module
 from dtppo.generation.generator import TorchGenerator, resolve_decoder
+from dtppo.models.attention import KERNEL
 from dtppo.ops import logprobs_from_logits
 from dtppo.types import SampleRequest, SamplingParams
 from tests.unit.generation.test_decode_graph import _same_or_a_tie
+from tests.unit.models.test_attention import _LargestTensor
 
 PAD, NEW_TOKENS = 0, 12
 # Left-padded to 11 columns; with 12 new tokens the longest row reaches 23 positions, past every window below.
@@ -253,3 +255,34 @@ def test_compiled_decode_of_gemma3_matches_eager(tmp_path, monkeypatch):
         eager, graph = eager_generator.sample(request), graph_generator.sample(request)
         for row, prompt in enumerate(PROMPTS):
             _same_or_a_tie(model, eager, graph, row, len(prompt), params, 3)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "mistral-window", "gemma3"])
+def test_hf_decoding_through_dtppos_kernel_matches_sdpa(family):
+    """The HF decoder on a model built with dtppo's attention (as ``build_causal_lm`` builds it): its prefill
+    attends each left-padded prompt as one causal sequence, no mask; the same tokens and log-probs as SDPA's."""
+    model = _model(family)
+    request = SampleRequest(PROMPTS, SamplingParams(NEW_TOKENS), 11, torch.arange(len(PROMPTS)))
+    sdpa = TorchGenerator(model, (-1,), PAD, "hf").sample(request)
+    model.set_attn_implementation(KERNEL)
+    ours = TorchGenerator(model, (-1,), PAD, "hf").sample(request)
+    assert torch.equal(ours.input_ids, sdpa.input_ids)
+    assert float((ours.gen_logprobs - sdpa.gen_logprobs).abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("decoder", ["static", "hf"])
+def test_a_long_prompts_prefill_makes_no_width_squared_tensor(decoder):
+    """A 600-column left-padded prompt batch: no op of either decoder's prefill returns a tensor of W² elements
+    (the [B, 1, W, W] mask it used to build); the control, SDPA's masked prefill, does."""
+    model = _model("gemma3")
+    model.set_attn_implementation(KERNEL)
+    width = 600  # W² = 360,000 > the MLP's [B·W, 2·intermediate] (2·600·256 = 307,200)
+    prompts = [[2 + i % 90 for i in range(width)], [2 + i % 90 for i in range(width // 3)]]
+    request = SampleRequest(prompts, SamplingParams(1), 0, torch.arange(2))
+    with _LargestTensor() as seen:
+        TorchGenerator(model, (-1,), PAD, decoder).sample(request)
+    assert seen.most < width * width
+    model.set_attn_implementation("sdpa")
+    with _LargestTensor() as dense:
+        TorchGenerator(model, (-1,), PAD, "hf").sample(request)
+    assert dense.most >= width * width
