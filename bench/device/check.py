@@ -20,6 +20,10 @@
    151,936-entry vocabulary (bench/common/shapes.py): phase shares, tokens/s, each update's FLOP rate, peak memory.
 7. Decode (issue 23, item 1; bench/device/decode.py): the torch sampler eager and with ``decode_graph``, next to
    ``transformers.generate`` with a static cache, 256 prompts x 512 new tokens at the 0.5B shape.
+8. Long responses (issue 46, item 8; bench/perf/long_responses.py): the critic's and the policy's training pass and
+   the log-prob recompute at the 0.5B shape (Qwen's vocabulary) on 2 rows of 8k and of 16k tokens (the second 3/4
+   long), padded, cp = 1, bf16, through dtppo's attention (SDPA's causal flash kernel on CUDA): the device's
+   peak memory and seconds per pass.
 
 Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds; its JSON goes
 to runs/ (never under the GPU result's name).
@@ -46,10 +50,11 @@ import transformers
 from torch import nn
 
 from bench.common.paths import DEVICE, REPO
-from bench.common.shapes import QWEN25_VOCAB, write_model_dir
+from bench.common.shapes import QWEN25_VOCAB, SHAPES, write_model_dir
 from bench.common.workload import train_flops
 from bench.device.decode import decode_speed
 from bench.device.quickstart import quickstart
+from bench.perf.long_responses import measure as long_response_pass
 from bench.perf.memory import features_rows, lora_rows
 from dtppo.algorithms.advantages import compute_advantages, token_level_rewards
 from dtppo.algorithms.losses import policy_loss, value_loss
@@ -611,6 +616,24 @@ def update_profile(cuda: bool, args) -> dict:
     }
 
 
+def long_responses(cuda: bool) -> dict:
+    """Item 8 above; the CPU fallback runs the tiny shape at 256 tokens. A pass that runs out of device memory is
+    recorded as such (and fails the phase)."""
+    shape = {**SHAPES["0.5b"], "vocab_size": QWEN25_VOCAB} if cuda else None
+    rows = []
+    for length in (8192, 16384) if cuda else (256,):
+        for what in ("critic", "policy", "logprobs"):
+            row = {"T": length, "what": what, "layout": "padded", "cp": 1}
+            try:
+                row |= long_response_pass(length, "padded", what, shape=shape, device="cuda" if cuda else "cpu")
+            except torch.OutOfMemoryError:
+                row["failed"] = "out of device memory"
+            if cuda:
+                torch.cuda.empty_cache()
+            rows.append(row)
+    return {"rows": rows, "passed": all("seconds" in row for row in rows)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", action="store_true", help="the CPU fallback even where CUDA is available")
@@ -666,6 +689,7 @@ def main() -> int:
         "throughput_table": throughput_table(cuda, args),
         "decode": decode_speed(cuda, args.decode_prompts, args.decode_tokens, args.decode_full_on_cpu),
         "quickstart": quickstart(cuda),
+        "long_responses": long_responses(cuda),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
@@ -682,6 +706,7 @@ def main() -> int:
         result["update_profile"]["passed"],
         result["throughput_table"]["passed"],
         result["quickstart"]["passed"],
+        result["long_responses"]["passed"],
     )
     return 0 if all(checks) else 1
 
@@ -775,6 +800,9 @@ def _print(result: dict) -> None:
     )
     if q["stderr_tail"]:
         print(q["stderr_tail"])
+    for row in result["long_responses"]["rows"]:
+        cells = f"{row['seconds']:.2f} s, peak {row['peak_mib']:.0f} MiB" if "seconds" in row else row["failed"]
+        print(f"long responses: {row['what']} at T={row['T']} ({row['layout']}, cp {row['cp']}): {cells}")
 
 
 def _print_issue23(prof: dict, table: dict, decode: dict) -> None:

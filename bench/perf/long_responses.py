@@ -45,29 +45,33 @@ SHAPE = dict(
 )  # fmt: skip
 
 
-def _config(length: int):
+def _config(length: int, shape: dict | None = None):
     from transformers import Qwen2Config
 
     from dtppo.models.attention import KERNEL
 
-    config = Qwen2Config(**SHAPE, max_position_embeddings=length + 16, tie_word_embeddings=True)
+    config = Qwen2Config(**(shape or SHAPE), max_position_embeddings=length + 16, tie_word_embeddings=True)
     config._attn_implementation = KERNEL
     return config
 
 
-def _rows(length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.randint(1, SHAPE["vocab_size"], (2, length), generator=torch.Generator().manual_seed(0))
+def _rows(length: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(1, vocab, (2, length), generator=torch.Generator().manual_seed(0))
     mask = torch.ones(2, length, dtype=torch.long)
     mask[1, length * 3 // 4 :] = 0
     return ids * mask, mask
 
 
-def _peak_mib() -> float:
+def _peak_mib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(length: int, layout: str, what: str, shards=None) -> dict:
-    """One pass in this process (one rank of a cp group when ``shards``): seconds and peak RSS over the built model."""
+def measure(length: int, layout: str, what: str, shards=None, shape: dict | None = None, device: str = "cpu") -> dict:
+    """One pass in this process (one rank of a cp group when ``shards``): seconds and the peak memory over the built
+    model's (host RSS on CPU in fp32; on CUDA the device's allocations, the model in bf16). shape: Qwen2 config
+    fields (default: the tiny shape above)."""
     from transformers import AutoModel, AutoModelForCausalLM
 
     from dtppo.models.logprobs import sequence_logprobs
@@ -75,13 +79,18 @@ def measure(length: int, layout: str, what: str, shards=None) -> dict:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    ids, mask = _rows(length)
+    where = torch.device(device)
+    config = _config(length, shape)
+    ids, mask = (x.to(where) for x in _rows(length, config.vocab_size))
     packing = layout == "packed"
     if what == "critic":
-        model = ValueModel(AutoModel.from_config(_config(length)), sequence_packing=packing, shards=shards)
+        model = ValueModel(AutoModel.from_config(config), sequence_packing=packing, shards=shards)
     else:
-        model = AutoModelForCausalLM.from_config(_config(length))
-    base = _peak_mib()
+        model = AutoModelForCausalLM.from_config(config)
+    model = model.to(where, torch.bfloat16 if where.type == "cuda" else torch.float32)
+    if where.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(where)
+    base = _peak_mib(where)
     start = time.perf_counter()
     if what == "critic":
         (model.values(ids, mask) * mask).sum().backward()
@@ -90,7 +99,9 @@ def measure(length: int, layout: str, what: str, shards=None) -> dict:
             logprobs = sequence_logprobs(model, ids, mask, mask.bool(), 1.0, 128, packing, shards)
         if what == "policy":
             logprobs.sum().backward()
-    return {"seconds": time.perf_counter() - start, "peak_mib": _peak_mib() - base}
+    if where.type == "cuda":
+        torch.cuda.synchronize(where)
+    return {"seconds": time.perf_counter() - start, "peak_mib": _peak_mib(where) - base}
 
 
 def _rank_point(length: int, layout: str, what: str, out_path: str) -> None:
@@ -135,12 +146,13 @@ def generation(length: int) -> dict:
     generator = TorchGenerator(model, (1,), 0, "static")
     prompts = [list(range(2, 18)), list(range(20, 36))]
     request = SampleRequest(prompts, SamplingParams(length, min_new_tokens=length), 0, torch.arange(2))
-    base = _peak_mib()
+    base = _peak_mib(torch.device("cpu"))
     start = time.perf_counter()
     rows = generator.sample(request)
     seconds = time.perf_counter() - start
     tokens = int(rows.response_mask.sum())
-    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "peak_mib": _peak_mib() - base}
+    peak = _peak_mib(torch.device("cpu")) - base
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "peak_mib": peak}
 
 
 def _child(argv: list[str], limit_s: float) -> dict:
@@ -187,33 +199,34 @@ def main() -> None:
     args = parser.parse_args()
     path = REPO / args.out if not os.path.isabs(args.out) else args.out
     results = json.loads(open(path).read()) if os.path.exists(path) else {"train": [], "generation": []}
-    rows = []
+    results["machine"] = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if args.mode == "generation":
         for length in args.lengths:
             row = {"T": length, **_child(["generate", str(length)], args.limit_s)}
             row["command"] = f"python -m bench.perf.long_responses generation --lengths {length}"
-            rows.append(row)
             print(json.dumps(row), flush=True)
-        results["generation"] = _merged(results["generation"], rows, ("T",))
-    else:
-        for what in args.passes:
-            for layout in args.layouts:
-                for cp in args.cp:
-                    for length in args.lengths:
-                        row = {"what": what, "layout": layout, "cp": cp, "T": length}
-                        row |= _child(["point", str(length), layout, str(cp), what], args.limit_s)
-                        row["command"] = (
-                            f"python -m bench.perf.long_responses --passes {what} --layouts {layout} --cp {cp} "
-                            f"--lengths {length}"
-                        )
-                        rows.append(row)
-                        _table([row])
-        results["train"] = _merged(results["train"], rows, ("what", "layout", "cp", "T"))
-        _table(results["train"])
-    results["machine"] = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            results["generation"] = _merged(results["generation"], [row], ("T",))
+            _save(path, results)  # after every point: an interrupted run keeps what it measured
+        return
+    for what in args.passes:
+        for layout in args.layouts:
+            for cp in args.cp:
+                for length in args.lengths:
+                    row = {"what": what, "layout": layout, "cp": cp, "T": length}
+                    row |= _child(["point", str(length), layout, str(cp), what], args.limit_s)
+                    row["command"] = (
+                        f"python -m bench.perf.long_responses --passes {what} --layouts {layout} --cp {cp} "
+                        f"--lengths {length}"
+                    )
+                    _table([row])
+                    results["train"] = _merged(results["train"], [row], ("what", "layout", "cp", "T"))
+                    _save(path, results)
+    _table(results["train"])
+
+
+def _save(path, results: dict) -> None:
     with open(path, "w") as out:
         json.dump(results, out, indent=1)
-    print(f"wrote {path}")
 
 
 def _merged(old: list[dict], new: list[dict], key: tuple[str, ...]) -> list[dict]:

@@ -106,6 +106,12 @@ def test_gpu_script_cpu_fallback(tmp_path):
     assert quick["passed"] is True and quick["exit_codes"] == [0, 0], quick["stderr_tail"]
     assert quick["recipe"] == "recipes/qwen2.5-0.5b-gsm8k-1gpu.yaml" and quick["checkpoints"] == ["step_2"]
     assert {"policy", "critic"} <= set(quick["exported"]) and len(quick["step_seconds"]) == 2
+    # issue 46: the long-response passes (8k and 16k tokens at the 0.5B shape on CUDA; 256 tokens here)
+    long = result["long_responses"]
+    assert long["passed"] is True and [(r["what"], r["T"]) for r in long["rows"]] == [
+        ("critic", 256), ("policy", 256), ("logprobs", 256)
+    ]  # fmt: skip
+    assert all(r["seconds"] > 0 and r["peak_mib"] >= 0 for r in long["rows"])
 
 
 def test_cpu_fallback_never_writes_the_gpu_result(tmp_path):

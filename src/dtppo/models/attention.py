@@ -258,31 +258,33 @@ def attend_context(
     """Causal attention within each sequence for this rank's tokens of the rows, over the keys and values of all
     the group's ranks. query: [B, Hq, n, D]; key, value: [B, Hkv, n, D], n = W / cp -> [B, n, Hq, D]."""
     keys, values = context.shards.gather_keys(key), context.shards.gather_keys(value)  # [B, Hkv, W, D]
-    if keys.shape[1] != query.shape[1]:
-        keys = keys.repeat_interleave(query.shape[1] // keys.shape[1], dim=1)
-        values = values.repeat_interleave(query.shape[1] // values.shape[1], dim=1)
-    outs, offset = [], 0
+    batch, outs, offset = query.shape[0], [], 0
     for (start, end), groups in zip(context.shards.chunks(keys.shape[2]), context.plan):
         queries = query[:, :, offset : offset + end - start]
         offset += end - start
         out = query.new_zeros(queries.shape)
         for rows, pieces in groups:
-            q, k, v = queries[rows], keys[rows], values[rows]
+            # Views of the gathered keys when a group is every row (padded rows): saved for backward, no copies.
+            whole = len(rows) == batch
+
+            def take(x: torch.Tensor, first: int, last: int) -> torch.Tensor:
+                return x[:, :, first:last] if whole else x[rows, :, first:last]
+
             parts = [
-                _BlockAttention.apply(q[:, :, a - start : b - start], k[:, :, k0:a], v[:, :, k0:a], k[:, :, a:b],
-                                      v[:, :, a:b], scale)
+                _BlockAttention.apply(take(queries, a - start, b - start), take(keys, k0, a), take(values, k0, a),
+                                      take(keys, a, b), take(values, a, b), scale)
                 for a, b, k0 in pieces
             ]  # fmt: skip
-            out = out.index_put((rows,), torch.cat(parts, dim=2))
+            out = torch.cat(parts, dim=2) if whole else out.index_put((rows,), torch.cat(parts, dim=2))
         outs.append(out)
     return torch.cat(outs, dim=2).transpose(1, 2)
 
 
 class _BlockAttention(torch.autograd.Function):
-    """Queries [N, H, c, D] over earlier keys [N, H, p, D] (all visible) and their own block's [N, H, c, D]
-    (causal), as one softmax: the two blocks' flash-attention outputs merged by their log-sum-exps. The backward
-    runs each block's flash backward with the merged output and log-sum-exp (each block's share of the one
-    softmax), so no [c, p + c] tensor exists in either pass."""
+    """Queries [N, Hq, c, D] over earlier keys [N, Hkv, p, D] (all visible) and their own block's [N, Hkv, c, D]
+    (causal; grouped-query heads as torch's kernel takes them), as one softmax: the two blocks' flash-attention
+    outputs merged by their log-sum-exps. The backward runs each block's flash backward with the merged output and
+    log-sum-exp (each block's share of the one softmax), so no [c, p + c] tensor exists in either pass."""
 
     @staticmethod
     def forward(ctx, q, k_past, v_past, k_own, v_own, scale):
@@ -309,7 +311,8 @@ class _BlockAttention(torch.autograd.Function):
 
 
 def _flash(q, k, v, causal: bool, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output [N, H, c, D], log-sum-exp [N, H, c] float32) of torch's flash attention."""
+    """(output [N, Hq, c, D], log-sum-exp [N, Hq, c] float32) of torch's flash attention (grouped-query key and value
+    heads broadcast)."""
     if q.device.type != "cpu":
         raise NotImplementedError("context-parallel attention has a CPU kernel only (it has not run on a GPU)")
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
