@@ -141,7 +141,6 @@ def generation(length: int) -> dict:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = _config(length + 16)
-    config._attn_implementation = "sdpa"
     model = AutoModelForCausalLM.from_config(config).eval()
     generator = TorchGenerator(model, (1,), 0, "static")
     prompts = [list(range(2, 18)), list(range(20, 36))]

@@ -20,6 +20,7 @@ dp × cp, summing): the loss counts once.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +53,7 @@ class ContextShards:
 
     def local_index(self, width: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """Global positions of this rank's tokens, in local order. -> [width / cp] int64."""
-        return torch.cat([torch.arange(start, end, device=device) for start, end in self.chunks(width)])
+        return _layout_index(self.size, self.layout, width)[self.rank].to(device)
 
     def shard(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's tokens of global rows. x: [B, W, ...] (W a multiple of 2·cp) -> [B, W / cp, ...]."""
@@ -69,15 +70,26 @@ class ContextShards:
         return _Gather.apply(local.transpose(1, dim), self, True).transpose(1, dim)
 
 
+@functools.lru_cache(maxsize=64)
+def _layout_index(size: int, layout: str, width: int) -> torch.Tensor:
+    """Every rank's global token positions of a row of ``width``: [cp, width / cp] int64 (computed once per shape:
+    each layer's gathers read it)."""
+    ranks = [ContextShards(rank, size, layout=layout).chunks(width) for rank in range(size)]
+    return torch.stack([torch.cat([torch.arange(start, end) for start, end in chunks]) for chunks in ranks])
+
+
+@functools.lru_cache(maxsize=64)
+def _global_order(size: int, layout: str, width: int) -> torch.Tensor:
+    """Where each global position lies among the ranks' tokens laid end to end, rank by rank: [width] int64."""
+    return _layout_index(size, layout, width).flatten().argsort()
+
+
 def _all_gather(local: torch.Tensor, shards: ContextShards) -> torch.Tensor:
     """[B, n, ...] from each rank -> [B, cp·n, ...] in global token order."""
     parts = [torch.empty_like(local) for _ in range(shards.size)]
     dist.all_gather(parts, local.contiguous(), group=shards.group)
-    width = local.shape[1] * shards.size
-    out = local.new_empty((local.shape[0], width, *local.shape[2:]))
-    for rank, part in enumerate(parts):
-        out[:, ContextShards(rank, shards.size, layout=shards.layout).local_index(width, local.device)] = part
-    return out
+    order = _global_order(shards.size, shards.layout, local.shape[1] * shards.size).to(local.device)
+    return torch.cat(parts, dim=1).index_select(1, order)
 
 
 class _Gather(torch.autograd.Function):

@@ -303,11 +303,10 @@ class _BlockAttention(torch.autograd.Function):
         q, k_past, v_past, k_own, v_own, out, lse = ctx.saved_tensors
         grad = grad.contiguous()
         dq, dk_own, dv_own = _flash_backward(grad, q, k_own, v_own, out, lse, True, ctx.scale)
-        dk_past, dv_past = torch.zeros_like(k_past), torch.zeros_like(v_past)
-        if k_past.shape[2]:
-            dq_past, dk_past, dv_past = _flash_backward(grad, q, k_past, v_past, out, lse, False, ctx.scale)
-            dq = dq + dq_past
-        return dq, dk_past, dv_past, dk_own, dv_own, None
+        if not k_past.shape[2]:
+            return dq, torch.zeros_like(k_past), torch.zeros_like(v_past), dk_own, dv_own, None
+        dq_past, dk_past, dv_past = _flash_backward(grad, q, k_past, v_past, out, lse, False, ctx.scale)
+        return dq + dq_past, dk_past, dv_past, dk_own, dv_own, None
 
 
 def _flash(q, k, v, causal: bool, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,8 +40,10 @@ def build_causal_lm(
     is ``models.attention``'s choice."""
     if path is not None:
         with loading_from(path):
-            attention = attention_implementation(AutoConfig.from_pretrained(path))
-            return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
+            config = AutoConfig.from_pretrained(path)
+            return AutoModelForCausalLM.from_pretrained(
+                path, config=config, dtype=torch.float32, attn_implementation=attention_implementation(config)
+            )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         config = tiny_qwen2_config(tiny, vocab_size, pad_id, eos_id)

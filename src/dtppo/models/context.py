@@ -40,9 +40,14 @@ class ContextForward:
         input_ids: torch.Tensor,
         position_ids: torch.Tensor | None = None,
         sequence_starts: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> ContextForward:
         """input_ids: [B, T] global rows, right-padded or packed; position_ids: [B, T] (None: 0..T-1 in every row);
-        sequence_starts: [B, T] bool, packed rows' sequence starts (None: one sequence per row)."""
+        sequence_starts: [B, T] bool, packed rows' sequence starts (None: one sequence per row). attention_mask:
+        the padding mask the rows would need (``models.packing.needed_mask``): must be None, since the attention
+        of a cut row takes no mask."""
+        if attention_mask is not None:
+            raise ValueError("context parallelism takes right-padded or packed rows (no padding mask)")
         batch, width = input_ids.shape
         device = input_ids.device
         if position_ids is None:

@@ -99,9 +99,7 @@ def token_logprobs(
         inputs["dtppo_segments"] = segments
     context = None
     if shards is not None:
-        if attention_mask is not None:
-            raise ValueError("context parallelism takes right-padded or packed rows (no padding mask)")
-        context = ContextForward.of(shards, input_ids, position_ids, sequence_starts)
+        context = ContextForward.of(shards, input_ids, position_ids, sequence_starts, attention_mask)
         scoring, next_ids = context.shard(scoring), context.shard(next_ids)
         inputs = {"input_ids": context.input_ids, "position_ids": context.position_ids, "dtppo_context": context.rows}
     rows, cols = scoring.nonzero(as_tuple=True)

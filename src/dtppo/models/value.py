@@ -104,9 +104,7 @@ class ValueModel(nn.Module):
         rows), under context parallelism from this rank's tokens, gathered."""
         if self.shards is None:
             return self(input_ids, attention_mask, position_ids, segments)
-        if attention_mask is not None:
-            raise ValueError("context parallelism takes right-padded or packed rows (no padding mask)")
-        context = ContextForward.of(self.shards, input_ids, position_ids, sequence_starts)
+        context = ContextForward.of(self.shards, input_ids, position_ids, sequence_starts, attention_mask)
         return context.gather(self(context.input_ids, None, context.position_ids, context=context.rows))
 
     def save_pretrained(self, path: str | Path, dtype: torch.dtype | None = None) -> None:
@@ -129,8 +127,10 @@ def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedMo
     is ``models.attention``'s choice."""
     if path is not None:
         with loading_from(path):
-            attention = attention_implementation(AutoConfig.from_pretrained(path))
-            return AutoModel.from_pretrained(path, dtype=torch.float32, attn_implementation=attention)
+            config = AutoConfig.from_pretrained(path)
+            return AutoModel.from_pretrained(
+                path, config=config, dtype=torch.float32, attn_implementation=attention_implementation(config)
+            )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         config._attn_implementation = attention_implementation(config)
