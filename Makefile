@@ -67,7 +67,7 @@ bench: $(STAMP)
 
 # The learning experiments of bench/learning/ (hours each on 2 cores: seeds x arms x SFT models).
 EXPERIMENTS := "critic alignment" "critic grpo" "critic clean" "critic warmup" "ev_ceiling recipes/tiny-math-cpu.yaml"
-EXPERIMENTS += async_lag episodes lora warmup
+EXPERIMENTS += async_lag episodes lora warmup long_task
 
 experiments: $(STAMP)
 	@for run in $(EXPERIMENTS); do echo "== bench.learning.$$run"; $(PY) -m bench.learning.$$run || exit 1; done

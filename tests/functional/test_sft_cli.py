@@ -1,6 +1,7 @@
 """``dtppo sft`` where PPO runs: on the policy's ranks, sharded as the policy is (FSDP2 at dp=2, tensor parallel at
-tp=2), the same model as one process within float round-off; a custom task trained on its target column and
-validated by the targets' loss; a custom task without one refused with one line."""
+tp=2, context parallel at cp=2), the same model, loss and grad norm as one process within float round-off; a custom
+task trained on its target column and validated by the targets' loss; a custom task without one refused with one
+line."""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ SHORT = [
 def _sft(root: Path, name: str, *extra: str):
     out = root / name
     proc = run_cli(["sft", TINY, *SHORT, f"sft.output_dir={out}", *extra], root)
-    losses = [r["sft/loss"] for r in read_jsonl(root / f"{name}_logs" / "metrics.jsonl") if "sft/loss" in r]
+    records = [r for r in read_jsonl(root / f"{name}_logs" / "metrics.jsonl") if "sft/loss" in r]
+    # Clipping and Adam would hide a gradient counted twice; its norm shows it.
+    curves = [(r["sft/loss"], r["sft/grad_norm"]) for r in records]
     results = json.loads((out / "sft_results.json").read_text())
-    return proc, load_file(out / "model.safetensors"), losses, results
+    return proc, load_file(out / "model.safetensors"), curves, results
 
 
 @pytest.fixture(scope="module")
@@ -47,15 +50,18 @@ def one_process(tmp_path_factory):
     "name, layout",
     [
         ("dp2", ["cluster.workers_per_node=2"]),
+        # each rank holds half of every row's tokens: the log-probs gathered, every token's gradient counted once
+        ("cp2", ["cluster.workers_per_node=2", "policy.parallel.cp=2"]),
         # slow: SFT wraps the model with the policy's layout code, whose tp=2 parity tests/distributed checks
         pytest.param("tp2", ["cluster.workers_per_node=2", "policy.parallel.tp=2"], marks=pytest.mark.slow),
     ],
 )
 def test_sft_on_two_ranks_trains_the_model_one_process_trains(one_process, tmp_path, name, layout):
-    _, single, single_losses, single_results = one_process
-    proc, sharded, losses, results = _sft(tmp_path, name, *layout)
-    assert len(losses) == STEPS and single_losses[-1] < single_losses[0]  # it trained
-    assert max(abs(a - b) for a, b in zip(single_losses, losses)) < 1e-5, (single_losses, losses)
+    _, single, single_curves, single_results = one_process
+    proc, sharded, curves, results = _sft(tmp_path, name, *layout)
+    assert len(curves) == STEPS and single_curves[-1][0] < single_curves[0][0]  # it trained
+    for (single_loss, single_norm), (loss, norm) in zip(single_curves, curves):
+        assert loss == pytest.approx(single_loss, abs=1e-5) and norm == pytest.approx(single_norm, rel=1e-5)
     assert single.keys() == sharded.keys()
     assert max(float((single[k] - sharded[k]).abs().max()) for k in single) < 1e-5
     # greedy answers of the same model: at most one of the 16 flips on a near-tie

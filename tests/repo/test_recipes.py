@@ -52,3 +52,21 @@ def test_math_recipe_reads_math_rows_with_the_math_verifier():
     assert cfg.data.task == "math" and cfg.data.train.split == "train" and cfg.data.validation.split == "test"
     assert (cfg.reward.functions, cfg.reward.weights, cfg.reward.accuracy_from) == (("math",), (1.0,), "math")
     assert "\\boxed{}" in cfg.data.system_prompt and cfg.policy.optimizer.lr == 1e-6  # the GSM8K recipe's settings
+
+
+def test_the_long_recipe_fits_its_longest_answers_and_splits_rows_over_two_ranks():
+    from dtppo.data.loader import build_sources, encode_prompts
+    from dtppo.models.tokenizer import build_char_tokenizer
+
+    cfg = config_lib.load("recipes/tiny-long-cpu.yaml")
+    assert cfg.policy.parallel.cp == cfg.value.parallel.cp == cfg.cluster.workers_per_node == 2
+    tokenizer = build_char_tokenizer()
+    source, validation = build_sources(cfg, tokenizer=tokenizer)
+    problems = [source[i] for i in range(300)] + validation
+    prompts = encode_prompts(tokenizer, problems, cfg.data)
+    answers = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
+    lengths = [len(a) + 1 for a in answers]  # + EOS
+    assert 600 < min(lengths) and 1000 < sum(lengths) / len(lengths) and max(lengths) <= 1400
+    assert max(lengths) <= cfg.policy.generation.max_new_tokens  # no correct answer is cut
+    longest = max(len(p) for p in prompts) + cfg.policy.generation.max_new_tokens
+    assert longest <= cfg.policy.model.tiny.max_position_embeddings

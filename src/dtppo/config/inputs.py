@@ -18,14 +18,18 @@ MIN_MEMORY_LIMIT_MIB = 128  # below it, importing a user's libraries (numpy: abo
 
 @dataclass(frozen=True, kw_only=True)
 class TinyMathConfig:
-    """The synthetic arithmetic word problems."""
+    """The synthetic arithmetic problems."""
 
+    kind: Literal["word_problems", "running_sum"] = "word_problems"
+    """word_problems: 1-2 step stories ("Tom has 5 apples. He buys 3 more, ...") answered by one equation per step;
+    running_sum: "Start at s. Add k until the total is over t." answered by every running total, one ``a+k=b``
+    line per addition (min_ops..max_ops lines: long responses; docs/learning.md, "A long task")."""
     max_number: int = 20
-    """Operands and start values are drawn from 1..max_number."""
+    """Operands and start values are drawn from 1..max_number (running_sum: s and k)."""
     min_ops: int = 1
-    """Fewest operations per problem."""
+    """Fewest operations per problem (running_sum: additions)."""
     max_ops: int = 2
-    """Most operations per problem."""
+    """Most operations per problem (running_sum: additions)."""
     hard_fraction: float = 0.0
     """Share of problems whose numbers come from 1..hard_max_number instead: a second difficulty that the prompt
     shows (its numbers' size), for a task whose return a critic can partly predict from the prompt."""
@@ -42,6 +46,11 @@ class TinyMathConfig:
             "must satisfy 1 <= data.tiny_math.min_ops <= data.tiny_math.max_ops",
         )
         require(0.0 <= self.hard_fraction <= 1.0, "hard_fraction", "must be in [0, 1]")
+        require(
+            self.kind == "word_problems" or self.hard_fraction == 0,
+            "hard_fraction",
+            "applies to word_problems only (data.tiny_math.kind)",
+        )
         require(
             self.hard_fraction == 0 or self.hard_max_number > self.max_number,
             "hard_max_number",

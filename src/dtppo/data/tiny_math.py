@@ -1,4 +1,5 @@
-"""Seeded synthetic multi-step arithmetic word problems in GSM8K format (unlimited, deterministic).
+"""Seeded synthetic arithmetic problems in GSM8K format (unlimited, deterministic): short multi-step word problems,
+or running sums whose worked answers are long (``data.tiny_math.kind``).
 
 Problem i of a stream depends only on (seed, i), so a loader's position is one integer and resuming is exact.
 The held-out validation set is drawn from its own seed and excluded from every training stream.
@@ -52,8 +53,10 @@ SUB_PHRASES = ["gives away {n}", "loses {n}", "sells {n}", "drops {n}", "gives {
 
 
 def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False) -> Problem:
-    """One problem. ``careless`` gives the planted flaw: a bare ``#### N`` with N the value before the last
-    operation, which is always wrong (used only by the optional careless SFT stage)."""
+    """One problem of ``cfg.kind``. ``careless`` gives the planted flaw: a bare ``#### N`` with N the value before
+    the last operation, which is always wrong (used only by the optional careless SFT stage)."""
+    if cfg.kind == "running_sum":
+        return _running_sum(rng, cfg, careless)
     # The hard draw is skipped when there are no hard problems, so such streams stay as they were.
     hard = cfg.hard_fraction > 0 and rng.random() < cfg.hard_fraction
     limit = cfg.hard_max_number if hard else cfg.max_number
@@ -75,6 +78,19 @@ def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False
     question = f"{name} has {start} {obj}. {pronoun} {', then '.join(clauses)}. How many {obj} does {name} have now?"
     solution = f"#### {before_last}" if careless else "\n".join(lines + [f"#### {value}"])
     return Problem(question=question, solution=solution, answer=str(value), columns={"answer": solution})
+
+
+def _running_sum(rng: random.Random, cfg: TinyMathConfig, careless: bool) -> Problem:
+    """ "Start at s. Add k until the total is over t.", answered by one ``a+k=b`` line per addition. t is drawn so
+    that exactly n additions are needed: after n - 1 the total s + k(n - 1) is at most t, after n it is over."""
+    start, step = rng.randint(1, cfg.max_number), rng.randint(1, cfg.max_number)
+    additions = rng.randint(cfg.min_ops, cfg.max_ops)
+    target = start + step * (additions - 1) + rng.randrange(step)
+    totals = [start + step * i for i in range(additions + 1)]
+    lines = [f"{total}+{step}={total + step}" for total in totals[:-1]]
+    question = f"Start at {start}. Add {step} until the total is over {target}."
+    solution = f"#### {totals[-2]}" if careless else "\n".join(lines + [f"#### {totals[-1]}"])
+    return Problem(question=question, solution=solution, answer=str(totals[-1]), columns={"answer": solution})
 
 
 def _rng(seed: int, index: int) -> random.Random:

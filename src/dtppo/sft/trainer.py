@@ -29,6 +29,7 @@ from dtppo.data.chat import ChatFormat
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import barrier, broadcast_object, is_main_rank
+from dtppo.distributed.context import ContextShards
 from dtppo.envs.client import EnvClient
 from dtppo.envs.transcripts import transcript_episodes
 from dtppo.errors import BelowFloorError, InputError
@@ -36,6 +37,7 @@ from dtppo.generation.episodes import EpisodeGenerator
 from dtppo.generation.generator import Generator, TorchGenerator
 from dtppo.generation.responses import sample_responses
 from dtppo.models.causal_lm import build_causal_lm, stop_token_ids
+from dtppo.models.logprobs import sequence_logprobs
 from dtppo.models.packing import needed_mask
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.weights import full_parameters, load_weights
@@ -83,12 +85,20 @@ def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config, env: En
     )
 
 
-def nll_loss_fn(model: PreTrainedModel):
-    """The response tokens' negative log-likelihood, a token mean over the batch (the engine's default weights)."""
+def nll_loss_fn(model: nn.Module, cfg: Config, shards: ContextShards | None):
+    """The response tokens' negative log-likelihood, a token mean over the batch (the engine's default weights).
+
+    Scored as the policy's log-probs are (``models.logprobs``): no ``[B, T, V]`` logits, packed rows with
+    ``policy.sequence_packing``, and with ``policy.parallel.cp`` > 1 each rank computes its tokens of every row, the
+    log-probs gathered to the global row, so the cp ranks' summed gradients count every token once."""
+    policy = cfg.policy
 
     def loss_fn(micro: Experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        logits = model(input_ids=micro.input_ids, attention_mask=needed_mask(micro.attention_mask)).logits
-        logprobs = logprobs_from_logits(logits, micro.input_ids)
+        wanted = micro.loss_weights != 0
+        logprobs = sequence_logprobs(
+            model, micro.input_ids, micro.attention_mask, wanted, 1.0, policy.logprob_chunk_size,
+            policy.sequence_packing, shards,
+        )  # fmt: skip
         return -weighted_sum(logprobs, micro.loss_weights), {}
 
     return loss_fn
@@ -232,7 +242,7 @@ class SFTRun:
         stage's end, and stop at the ``plateau``'s. Returns the last step trained and its last validation's
         figures (empty without validation)."""
         sft = self.cfg.sft
-        loss_fn = nll_loss_fn(self.model)
+        loss_fn = nll_loss_fn(self.model, self.cfg, self.layout.shards)
         micro = sft.micro_batch_size or sft.batch_size  # the engine takes at most a rank's share at once
         step, figures = first_step, {}
         for i in range(num_steps):

@@ -71,6 +71,7 @@ BAD_OVERRIDES = [
     ("range", ["checkpointing.save_period=0"], "checkpointing.save_period"),
     ("range", ["data.tiny_math.min_ops=3"], "data.tiny_math.min_ops"),
     ("range", ["data.tiny_math.hard_fraction=1.5"], "data.tiny_math.hard_fraction"),
+    ("range", ["data.tiny_math.kind=running_sum", "data.tiny_math.hard_fraction=0.5"], "data.tiny_math.hard_fraction"),
     (
         "range",
         ["data.tiny_math.hard_fraction=0.5", "data.tiny_math.hard_max_number=20"],

@@ -27,6 +27,27 @@ def test_tiny_math_is_deterministic_and_correct():
     assert stream[0] != TinyMathStream(CFG, seed=4)[0]
 
 
+def test_running_sums_need_exactly_their_additions_and_write_every_total():
+    cfg = TinyMathConfig(kind="running_sum", max_number=9, min_ops=80, max_ops=120)
+    stream = TinyMathStream(cfg, seed=3)
+    for i in range(200):
+        p = stream[i]
+        words = p.question.rstrip(".").split()
+        start, step, target = int(words[2].rstrip(".")), int(words[4]), int(words[-1])
+        *lines, last = p.solution.splitlines()
+        assert 80 <= len(lines) <= 120 and gsm8k_reward(p.solution, p.answer) == 1.0
+        total = start
+        for line in lines:  # the rule, applied independently of the generator: add while the total is not over
+            assert total <= target and line == f"{total}+{step}={total + step}"
+            total += step
+        assert total > target and last == f"#### {total}" == f"#### {p.answer}"
+    careless = TinyMathStream(cfg, seed=3, careless_fraction=1.0)[0]
+    assert careless.solution == f"#### {int(careless.answer) - int(careless.question.split()[4])}"
+    assert gsm8k_reward(careless.solution, careless.answer) == 0.0
+    # word problems draw as they did before the kind existed
+    assert TinyMathStream(TinyMathConfig(kind="word_problems"), seed=3)[0] == TinyMathStream(CFG, seed=3)[0]
+
+
 def test_hard_problems_mix_in_at_their_share_and_leave_easy_streams_unchanged():
     mixed = TinyMathStream(TinyMathConfig(max_number=5, max_ops=1, hard_fraction=0.5, hard_max_number=999), seed=0)
     hard = 0
