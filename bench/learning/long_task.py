@@ -86,6 +86,9 @@ def main() -> None:
             f"{done['seconds_per_step']:.1f} s/step",
             flush=True,
         )
+    if not runs:
+        print("no SFT model reached the floor: nothing to compare (the protocol's outcome; see the record)")
+        return
     summary = {m: mean_ci95([r["result"][m] for r in runs]) for m in METRICS}
     print(f"\n{RECIPE}, PPO {STEPS} steps at cp=2, over {len(runs)} SFT models (mean [95 % interval])")
     for metric in METRICS:

@@ -12,7 +12,8 @@ as the first (so the padded layout has padding and packing has a shorter sequenc
 
 padded (``sequence_packing: false``) and packed, at cp = 1 (one process) and cp = 2 (two gloo ranks, the row split
 as ``parallel.cp`` splits it, zigzag). Each point is a fresh process (or pair) with one thread per rank: its
-peak RSS over the RSS after the model is built (per rank, the larger of the two at cp = 2) and the pass's seconds.
+peak RSS over the RSS after the model is built (per rank, the larger of the two at cp = 2), what autograd saves for
+backward (``saved_mib``: the saved tensors' storages, each counted once) and the pass's seconds.
 At cp = 2 each rank holds a whole model (no FSDP): the parameters are 0.8 M here; what is measured is the
 activations' and attention's share. A point over ``--limit-s`` seconds is stopped and recorded as such.
 
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 
 import torch
 
@@ -91,17 +93,26 @@ def measure(length: int, layout: str, what: str, shards=None, shape: dict | None
     if where.type == "cuda":
         torch.cuda.reset_peak_memory_stats(where)
     base = _peak_mib(where)
+    saved: dict[int, int] = {}  # what autograd keeps for backward: bytes per storage, each counted once
     start = time.perf_counter()
-    if what == "critic":
-        (model.values(ids, mask) * mask).sum().backward()
-    else:
-        with torch.set_grad_enabled(what == "policy"):
-            logprobs = sequence_logprobs(model, ids, mask, mask.bool(), 1.0, 128, packing, shards)
-        if what == "policy":
-            logprobs.sum().backward()
+    with torch.autograd.graph.saved_tensors_hooks(partial(_count_storage, saved), lambda t: t):
+        if what == "critic":
+            loss = (model.values(ids, mask) * mask).sum()
+        else:
+            with torch.set_grad_enabled(what == "policy"):
+                loss = sequence_logprobs(model, ids, mask, mask.bool(), 1.0, 128, packing, shards).sum()
+    if loss.requires_grad:
+        loss.backward()
     if where.type == "cuda":
         torch.cuda.synchronize(where)
-    return {"seconds": time.perf_counter() - start, "peak_mib": _peak_mib(where) - base}
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mib": _peak_mib(where) - base, "saved_mib": sum(saved.values()) / 2**20}
+
+
+def _count_storage(saved: dict[int, int], tensor: torch.Tensor) -> torch.Tensor:
+    storage = tensor.untyped_storage()
+    saved.setdefault(storage.data_ptr(), storage.nbytes())
+    return tensor
 
 
 def _rank_point(length: int, layout: str, what: str, out_path: str) -> None:
@@ -128,7 +139,7 @@ def point(length: int, layout: str, cp: int, what: str) -> dict:
         out = os.path.join(tmp, "ranks.json")
         run_ranks(_rank_point, cp, length, layout, what, out)
         ranks = json.loads(open(out).read())
-    return {"seconds": max(r["seconds"] for r in ranks), "peak_mib": max(r["peak_mib"] for r in ranks)}
+    return {key: max(r[key] for r in ranks) for key in ("seconds", "peak_mib", "saved_mib")}
 
 
 def generation(length: int) -> dict:
@@ -167,14 +178,18 @@ def _child(argv: list[str], limit_s: float) -> dict:
 
 
 def _table(rows: list[dict]) -> None:
-    print(f"{'what':9} {'layout':7} {'cp':>2} {'T':>6} {'seconds':>8} {'peak MiB':>9}  x mem/doubling")
+    print(f"{'what':9} {'layout':7} {'cp':>2} {'T':>6} {'seconds':>8} {'peak MiB':>9} {'saved MiB':>9}  x mem/doubling")
     previous: dict[tuple, dict] = {}
     for row in rows:
         key = (row["what"], row["layout"], row["cp"])
         ratio = ""
         if key in previous and "peak_mib" in row and "peak_mib" in previous[key]:
             ratio = f"{row['peak_mib'] / max(previous[key]['peak_mib'], 1e-9):.2f}"
-        cells = f"{row['seconds']:8.2f} {row['peak_mib']:9.0f}" if "peak_mib" in row else f"{str(row)[-30:]:>18}"
+        if "peak_mib" in row:
+            saved = f"{row['saved_mib']:9.0f}" if "saved_mib" in row else f"{'-':>9}"
+            cells = f"{row['seconds']:8.2f} {row['peak_mib']:9.0f} {saved}"
+        else:  # stopped or failed
+            cells = f"{str(row)[-30:]:>28}"
         print(f"{row['what']:9} {row['layout']:7} {row['cp']:>2} {row['T']:>6} {cells}  {ratio}", flush=True)
         previous[key] = row
 

@@ -112,6 +112,8 @@ def test_gpu_script_cpu_fallback(tmp_path):
         ("critic", 256), ("policy", 256), ("logprobs", 256)
     ]  # fmt: skip
     assert all(r["seconds"] > 0 and r["peak_mib"] >= 0 for r in long["rows"])
+    # what autograd keeps for backward: the training passes' activations, nothing for the no-grad recompute
+    assert [r["saved_mib"] > 0 for r in long["rows"]] == [True, True, False]
 
 
 def test_cpu_fallback_never_writes_the_gpu_result(tmp_path):
