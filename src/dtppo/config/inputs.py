@@ -22,8 +22,9 @@ class TinyMathConfig:
 
     kind: Literal["word_problems", "running_sum"] = "word_problems"
     """word_problems: 1-2 step stories ("Tom has 5 apples. He buys 3 more, ...") answered by one equation per step;
-    running_sum: "Start at s. Add k until the total is over t." answered by every running total, one ``a+k=b``
-    line per addition (min_ops..max_ops lines: long responses; docs/learning.md, "A long task")."""
+    running_sum: "Start at s. Add k until the total is over t." answered by every running total compared with t, one
+    ``a+k=b<=t`` line per addition and a last ``a+k=b>t`` (min_ops..max_ops lines: long responses; docs/learning.md,
+    "A long task")."""
     max_number: int = 20
     """Operands and start values are drawn from 1..max_number (running_sum: s and k)."""
     min_ops: int = 1

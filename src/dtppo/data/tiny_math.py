@@ -81,13 +81,16 @@ def make_problem(rng: random.Random, cfg: TinyMathConfig, careless: bool = False
 
 
 def _running_sum(rng: random.Random, cfg: TinyMathConfig, careless: bool) -> Problem:
-    """ "Start at s. Add k until the total is over t.", answered by one ``a+k=b`` line per addition. t is drawn so
-    that exactly n additions are needed: after n - 1 the total s + k(n - 1) is at most t, after n it is over."""
+    """ "Start at s. Add k until the total is over t.", answered by one ``a+k=b<=t`` line per addition and a last
+    ``a+k=b>t``. Every line restates t so that the stopping decision is a comparison within the line: without it,
+    the decision needs t from the prompt up to 1,300 tokens back, and a 4-layer model that writes every sum
+    right still misses where to stop (the long task's record, 2026-12-05). t is drawn so that exactly n additions
+    are needed: after n - 1 the total s + k(n - 1) is at most t, after n it is over."""
     start, step = rng.randint(1, cfg.max_number), rng.randint(1, cfg.max_number)
     additions = rng.randint(cfg.min_ops, cfg.max_ops)
     target = start + step * (additions - 1) + rng.randrange(step)
     totals = [start + step * i for i in range(additions + 1)]
-    lines = [f"{total}+{step}={total + step}" for total in totals[:-1]]
+    lines = [f"{total}+{step}={total + step}{'>' if total + step > target else '<='}{target}" for total in totals[:-1]]
     question = f"Start at {start}. Add {step} until the total is over {target}."
     solution = f"#### {totals[-2]}" if careless else "\n".join(lines + [f"#### {totals[-1]}"])
     return Problem(question=question, solution=solution, answer=str(totals[-1]), columns={"answer": solution})

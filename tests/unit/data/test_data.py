@@ -37,8 +37,9 @@ def test_running_sums_need_exactly_their_additions_and_write_every_total():
         *lines, last = p.solution.splitlines()
         assert 80 <= len(lines) <= 120 and gsm8k_reward(p.solution, p.answer) == 1.0
         total = start
-        for line in lines:  # the rule, applied independently of the generator: add while the total is not over
-            assert total <= target and line == f"{total}+{step}={total + step}"
+        for i, line in enumerate(lines):  # the rule, applied independently of the generator: add while not over
+            comparison = f">{target}" if i == len(lines) - 1 else f"<={target}"
+            assert total <= target and line == f"{total}+{step}={total + step}{comparison}"
             total += step
         assert total > target and last == f"#### {total}" == f"#### {p.answer}"
     careless = TinyMathStream(cfg, seed=3, careless_fraction=1.0)[0]
