@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint format reliability bench experiments bench-gpu venv clean
+.PHONY: demo test test-all lint format reliability bench experiments bench-gpu device-wheels venv clean
 
 venv: $(STAMP)
 
@@ -75,6 +75,13 @@ experiments: $(STAMP)
 # On a CUDA machine: the device checks of bench/device/ (without CUDA: a CPU smoke test of the same code).
 bench-gpu:
 	bash bench/device/gpu.sh
+
+# The wheels bench/device/gpu.sh installs on a machine without a package index (math-verify and what it pulls;
+# torch, transformers and peft are the machine's own): into .whl/, which git ignores and a device call carries.
+DEVICE_WHEELS := math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+
+device-wheels: $(STAMP)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: -d .whl $(DEVICE_WHEELS)
 
 clean:
 	rm -rf runs

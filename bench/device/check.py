@@ -1,38 +1,35 @@
-"""The GPU check behind bench/device/gpu.sh.
+"""The GPU check behind bench/device/gpu.sh: phases under one deadline (bench/device/phases.py), the JSON rewritten
+after each, the first phases answering the most. ``--phases`` picks and orders them; ``--deadline`` skips what
+would start past it. In the default order:
 
-1. Numerics: the tiny recipe's policy and critic on the device against CPU fp32 (log-probs, values, losses,
-   gradient norms). This comparison alone has its own small loss code (dtppo's loss functions on plain models).
-2. The real `PPOTrainer.step`: `dtppo ppo` in a subprocess on a Qwen2.5-0.5B-shaped random model (CUDA) for one
-   warm-up and N measured steps; per-phase seconds are the trainer's own `timing/*` metrics. On CUDA even one
-   process runs its models under FSDP2 (a one-rank group) with bf16 parameters and fp32 reduction, the same
-   policy as a multi-rank run.
-3. The tiny recipe for 2 steps with checkpoints, then resumed to 3 (DCP save/load on the device's group).
-4. Activation checkpointing and CPU offload (issue 22, part 2): `bench/perf/memory.py features` rows on the device (one
-   training step of the 0.5B-shaped policy and critic, each feature off and on: device memory resident between
-   steps, held after the forward, each phase's peak, seconds), and the tiny recipe for 2 steps with both features
-   on for both models (the reference model too: KL on).
-   LoRA (issue 33): `bench/perf/memory.py lora` rows on the device, policy + reference + critic and AdamW's state at
-   full fine-tuning and with adapters of rank 16 / 64 (needs peft on the machine, else recorded as skipped).
-5. The updates profiled (issue 23, item 2): the step of 2. again with ``DTPPO_PROFILE_DIR`` set; the critic's and
-   the policy's last update, their total device self time and top operators (dtppo.observability.profiling).
-   The unprofiled run of 2. gives ``critic_over_policy_update`` from the trainer's timings.
-6. The throughput table (issue 23, item 3): the step of 2. at Qwen2.5-0.5B's and -1.5B's shapes with the real
-   151,936-entry vocabulary (bench/common/shapes.py): phase shares, tokens/s, each update's FLOP rate, peak memory.
-7. Decode (issue 23, item 1; bench/device/decode.py): the torch sampler eager and with ``decode_graph``, next to
-   ``transformers.generate`` with a static cache, 256 prompts x 512 new tokens at the 0.5B shape.
-8. Long responses (issue 46, item 8; bench/perf/long_responses.py): the critic's and the policy's training pass and
-   the log-prob recompute at the 0.5B shape (Qwen's vocabulary) on 2 rows of 8k and of 16k tokens (the second 3/4
-   long), padded, cp = 1, bf16, through dtppo's attention (SDPA's causal flash kernel on CUDA): the device's
-   peak memory and seconds per pass.
+- environment: versions; math-verify (every `dtppo ppo` imports it) and PEFT importable.
+- features_smoke: the tiny recipe for 2 PPO steps with activation checkpointing, CPU offload, the reference (KL)
+  and LoRA adapters (rank 16, where PEFT is installed) on the device.
+- step: the real `PPOTrainer.step` (`dtppo ppo` in a subprocess) on a Qwen2.5-0.5B-shaped random model, one
+  warm-up, N measured steps and one more whose two updates are profiled (the critic/policy gap, operator by
+  operator). On CUDA even one process runs its models under FSDP2 (a one-rank group) with bf16 parameters and fp32
+  reduction, the same policy as a multi-rank run.
+- decode: dtppo's sampler eager and with ``decode_graph`` (bench/device/decode.py), 256 prompts x 256 new tokens
+  at the 0.5B shape, with whether inductor captured CUDA graphs.
+- table_1.5b, table_0.5b: the step at Qwen2.5-1.5B's and -0.5B's shapes with the real 151,936-entry vocabulary:
+  phase shares, tokens/s, each update's FLOP rate, peak memory.
+- quickstart: the README's one-GPU recipe for 2 steps, its checkpoint and export (bench/device/quickstart.py).
+- long_responses: the critic's and the policy's training pass and the log-prob recompute at the 0.5B shape on 2
+  rows of 8k and of 16k tokens, padded, cp = 1, bf16, through dtppo's attention seam (bench/perf/long_responses.py).
+- hf_generate: ``transformers.generate`` with a static cache on the decode phase's model and prompts.
+- checkpoint_resume: the tiny recipe for 2 steps with checkpoints, then resumed to 3 (DCP on the device's group).
+- numerics: the tiny recipe's models on the device against CPU fp32 (bench/device/numerics.py).
+- memory_features, memory_lora: `bench/perf/memory.py features` / `lora` rows at the real depth.
+- step_vllm: the step with `policy.generation.backend=vllm`, where vLLM is installed.
 
-Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds; its JSON goes
-to runs/ (never under the GPU result's name).
+Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds per phase; its
+JSON goes to runs/ (never under the GPU result's name).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import importlib
 import importlib.util
 import json
 import math
@@ -42,218 +39,33 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import transformers
-from torch import nn
 
 from bench.common.paths import DEVICE, REPO
 from bench.common.shapes import QWEN25_VOCAB, SHAPES, write_model_dir
 from bench.common.workload import train_flops
-from bench.device.decode import decode_speed
+from bench.device.decode import decode_speed, hf_generate_speed
+from bench.device.numerics import numerics, sync
+from bench.device.phases import DEADLINE, run_phases
 from bench.device.quickstart import quickstart
+from bench.device.report import print_phase
 from bench.perf.long_responses import measure as long_response_pass
 from bench.perf.memory import features_rows, lora_rows
-from dtppo.algorithms.advantages import compute_advantages, token_level_rewards
-from dtppo.algorithms.losses import policy_loss, value_loss
-from dtppo.config import TinyMathConfig, TinyModelConfig
-from dtppo.data.tiny_math import TinyMathStream
-from dtppo.generation.generator import TorchGenerator
-from dtppo.generation.sampler import stream_key
-from dtppo.models.causal_lm import build_causal_lm, tiny_qwen2_config
+from dtppo.config import TinyModelConfig
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.models.value import ValueModel, build_backbone
 from dtppo.observability.logger import read_metrics
-from dtppo.observability.profiling import PROFILE_ENV
-from dtppo.ops import logprobs_from_logits
-from dtppo.types import Experience, SampleRequest, SamplingParams
+from dtppo.observability.profiling import PROFILE_ENV, PROFILE_FROM_ENV
 
+COMMAND = os.environ.get("DTPPO_GPU_COMMAND", "python -m bench.device.check")
 # Qwen2.5-0.5B's transformer shape (its 151k vocabulary replaced by the project's character tokenizer).
 QWEN25_05B = TinyModelConfig(
     hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864, max_position_embeddings=4096
 )
 CPU_SMOKE = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
-RECIPE_TINY = TinyModelConfig()  # the tiny recipe's policy and critic (recipes/base.yaml policy.model.tiny)
-# Tolerances against CPU fp32. fp32: summation order only. bf16 has an 8-bit mantissa (relative rounding
-# 2^-9 ≈ 2e-3 per op), compounded over layers; a log-prob of about -4.6 (99-way) then moves by a few 1e-2.
-# Losses are compared as |Δ| / max(|loss|, 1): at ratio 1 the policy loss is −mean(A) of whitened advantages,
-# zero up to float noise, so a purely relative difference would divide by that noise (seen on the first GPU run).
-TOLERANCES = {
-    "fp32": {"logprob_max": 1e-4, "logprob_mean": 1e-5, "value_max": 1e-4, "loss": 1e-4, "grad_norm_rel": 1e-3},
-    "bf16": {"logprob_max": 1.5e-1, "logprob_mean": 2e-2, "value_max": 3e-2, "loss": 5e-2, "grad_norm_rel": 1e-1},
-}
-CLIP, VALUE_CLIP, MAX_GRAD_NORM = 0.2, 0.5, 1.0
-
-
-def prompts_and_answers(tokenizer, count: int, seed: int = 0) -> tuple[list[list[int]], list[str]]:
-    """Tiny-math training prompts through the tokenizer's chat template, as the trainer builds them."""
-    stream = TinyMathStream(TinyMathConfig(), seed)
-    problems = [stream[i] for i in range(count)]
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p.question}], add_generation_prompt=True, tokenize=False
-        )
-        for p in problems
-    ]
-    return tokenizer(texts, add_special_tokens=False)["input_ids"], [p.answer for p in problems]
-
-
-def build_models(shape: TinyModelConfig, tokenizer, seed: int = 0) -> tuple[nn.Module, ValueModel]:
-    """Random-init policy and critic (fp32, CPU) of ``shape``, seeded like the trainer's workers."""
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    policy = build_causal_lm(None, shape, len(tokenizer), pad, eos, seed)
-    critic = ValueModel(build_backbone(None, tiny_qwen2_config(shape, len(tokenizer), pad, eos), seed), seed=seed)
-    return policy, critic
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def autocast(device: torch.device, precision: str):
-    """bf16 matmuls over fp32 master weights; softmax, log-softmax and loss sums stay fp32 (autocast's lists)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
-
-
-def with_targets(exp: Experience, policy, critic, seed: int = 1) -> Experience:
-    """Old log-probs, old values, seeded rewards, GAE advantages and returns, all from CPU fp32."""
-    with torch.no_grad():
-        old_logprobs = logprobs_from_logits(
-            policy(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids
-        )
-        old_values = critic.values(exp.input_ids, exp.attention_mask)
-    rewards = torch.rand(exp.batch_size, generator=torch.Generator().manual_seed(seed))
-    token_rewards = token_level_rewards(rewards, exp.response_mask)
-    advantages, returns = compute_advantages(token_rewards, old_values, exp.response_mask, 1.0, 1.0, 1.0, True)
-    return exp.replace(
-        old_logprobs=old_logprobs, old_values=old_values, rewards=rewards, advantages=advantages, returns=returns
-    )
-
-
-def ppo_loss_sum(name: str, model, exp: Experience) -> torch.Tensor:
-    """The clipped policy loss (``name == "policy"``) or value loss of ``exp``, summed over its tokens."""
-    if name == "policy":
-        logits = model(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits
-        loss, _ = policy_loss(
-            logprobs_from_logits(logits, exp.input_ids),
-            exp.old_logprobs,
-            exp.advantages,
-            exp.response_mask,
-            CLIP,
-            CLIP,
-            gen_logprobs=exp.gen_logprobs,
-        )
-    else:
-        values = model.values(exp.input_ids, exp.attention_mask)
-        loss, _ = value_loss(values, exp.old_values, exp.returns, exp.response_mask, VALUE_CLIP)
-    return loss
-
-
-def losses_and_grads(policy, critic, exp: Experience, device: torch.device, precision: str) -> dict:
-    """Policy and critic loss (token mean over the batch) and gradient norms of one update's backward."""
-    out = {}
-    tokens = exp.response_mask.sum()
-    for name, model in (("policy", policy), ("critic", critic)):
-        model.zero_grad(set_to_none=True)
-        with autocast(device, precision):
-            loss = ppo_loss_sum(name, model, exp)
-        (loss.float() / tokens).backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
-        out[f"{name}_loss"], out[f"{name}_grad_norm"] = float(loss.detach() / tokens), float(norm)
-        model.zero_grad(set_to_none=True)
-    return out
-
-
-def evaluate(policy, critic, exp: Experience, device: torch.device, precision: str) -> dict:
-    """Log-probs and values (bf16 parameters when precision is bf16), then losses and gradient norms."""
-    infer_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    exp = exp.to(device)
-    with torch.no_grad():
-        p = copy.deepcopy(policy).to(device, infer_dtype).eval()
-        c = copy.deepcopy(critic).to(device, infer_dtype).eval()
-        result = {
-            "logprobs": logprobs_from_logits(
-                p(input_ids=exp.input_ids, attention_mask=exp.attention_mask).logits, exp.input_ids
-            ).cpu(),
-            "values": c.values(exp.input_ids, exp.attention_mask).float().cpu(),
-        }
-        del p, c
-    train_p, train_c = copy.deepcopy(policy).to(device).train(), copy.deepcopy(critic).to(device).train()
-    return result | losses_and_grads(train_p, train_c, exp, device, precision)
-
-
-def compare(ref: dict, got: dict, mask: torch.Tensor, precision: str, label: str) -> dict:
-    tol = TOLERANCES[precision]
-    valid = mask.bool()
-    lp_diff = (ref["logprobs"] - got["logprobs"]).abs()[valid]
-    row = {
-        "check": label,
-        "precision": precision,
-        "logprob_max_abs_diff": float(lp_diff.max()),
-        "logprob_mean_abs_diff": float(lp_diff.mean()),
-        "value_max_abs_diff": float((ref["values"] - got["values"]).abs()[valid].max()),
-    }
-    for key in ("policy_loss", "critic_loss"):
-        row[key], row[f"{key}_reference"] = got[key], ref[key]
-        row[f"{key}_diff"] = abs(ref[key] - got[key]) / max(abs(ref[key]), 1.0)
-    for key in ("policy_grad_norm", "critic_grad_norm"):
-        row[f"{key}_rel_diff"] = abs(ref[key] - got[key]) / max(abs(ref[key]), 1e-12)
-    limits = {
-        "logprob_max_abs_diff": tol["logprob_max"],
-        "logprob_mean_abs_diff": tol["logprob_mean"],
-        "value_max_abs_diff": tol["value_max"],
-        "policy_loss_diff": tol["loss"],
-        "critic_loss_diff": tol["loss"],
-        "policy_grad_norm_rel_diff": tol["grad_norm_rel"],
-        "critic_grad_norm_rel_diff": tol["grad_norm_rel"],
-    }
-    row["tolerances"] = limits
-    row["passed"] = all(math.isfinite(row[k]) and row[k] <= limit for k, limit in limits.items())
-    return row
-
-
-def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
-    """The tiny recipe's models on a CPU-sampled rollout: device results against CPU fp32."""
-    tok = build_char_tokenizer()
-    policy, critic = build_models(RECIPE_TINY, tok)
-    prompts, _ = prompts_and_answers(tok, batch)
-    generator = TorchGenerator(policy.eval(), (tok.eos_token_id,), tok.pad_token_id)
-    exp = generator.sample(SampleRequest(prompts, SamplingParams(new_tokens), stream_key(0, 0), torch.arange(batch)))
-    exp = with_targets(exp, policy, critic)
-    reference = evaluate(policy, critic, exp, torch.device("cpu"), "fp32")
-    if device.type == "cpu":
-        return [
-            compare(
-                reference,
-                evaluate(policy, critic, exp, device, "fp32"),
-                exp.response_mask,
-                "fp32",
-                "cpu fp32 vs cpu fp32 (smoke: plumbing only)",
-            )
-        ]
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, False
-    rows = [
-        compare(
-            reference,
-            evaluate(policy, critic, exp, device, "fp32"),
-            exp.response_mask,
-            "fp32",
-            "cuda fp32 (TF32 off) vs cpu fp32",
-        )
-    ]
-    rows.append(
-        compare(
-            reference,
-            evaluate(policy, critic, exp, device, "bf16"),
-            exp.response_mask,
-            "bf16",
-            "cuda bf16 params / bf16 autocast, fp32 reductions vs cpu fp32",
-        )
-    )
-    return rows
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int) -> float:
@@ -294,7 +106,7 @@ def run_dtppo(
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=DEADLINE.timeout(timeout),
     )
     seconds = time.perf_counter() - start
     records = read_metrics(log_dir, missing_ok=True)
@@ -314,7 +126,7 @@ def trainer_steps(
     cuda: bool,
     args,
     backend_overrides: tuple[str, ...] = (),
-    profile_dir: Path | None = None,
+    profile: bool = False,
     model_dir: Path | None = None,
     model_shape: dict | None = None,
     vocab: int | None = None,
@@ -322,18 +134,56 @@ def trainer_steps(
     """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
     (CUDA) or a 64-hidden one (CPU fallback), or on ``model_dir`` (of ``model_shape`` and ``vocab``): one warm-up
     step, then ``args.steps`` measured ones. Per-phase seconds are the trainer's own `timing/*` metrics (medians
-    over the measured steps)."""
+    over the measured steps). ``profile``: one more step whose two updates run under torch.profiler
+    (``update_profiles``); it is left out of the timings, which the profiler would slow."""
     shape = model_shape or vars(QWEN25_05B if cuda else CPU_SMOKE)
-    steps = args.steps + 1
+    steps = 1 + args.steps + int(profile)
+    overrides = _step_overrides(args, steps, model_dir, shape) + [*backend_overrides, *args.override]
+    with tempfile.TemporaryDirectory() as tmp:
+        # Both models train every step (no critic warmup), so the last step's updates are call `steps` of each.
+        env = {PROFILE_ENV: f"{tmp}/profile", PROFILE_FROM_ENV: str(steps)} if profile else None
+        proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900, extra_env=env)
+        profiles = update_profiles(Path(tmp) / "profile", cuda) if profile else {}
+    measured = [r for r in records if "timing/step" in r][1 : 1 + args.steps]
+    result = {
+        "model_shape": shape,
+        "vocab_size": vocab or len(build_char_tokenizer()),
+        "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
+        "batch": args.batch,
+        "max_new_tokens": args.new_tokens,
+        "micro_batch": args.micro,
+        "overrides": overrides,
+        "exit_code": proc.returncode,
+        "wall_s": seconds,
+        "steps_measured": len(measured),
+        "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
+    } | profiles
+    if proc.returncode or not measured:
+        return result | {"passed": False}
+    last = measured[-1]
+    keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
+    return (
+        result
+        | _step_figures(measured, shape, result["vocab_size"], args.batch, cuda)
+        | {
+            "last_step": {k: last.get(k) for k in (*keys, "train/critic/explained_var")},
+            "passed": all(isinstance(last.get(k), float) and math.isfinite(last[k]) for k in keys)
+            and (not profile or profiles["critic_over_policy_self_time"] is not None),
+        }
+    )
+
+
+def _step_overrides(args, steps: int, model_dir: Path | None, shape: dict) -> list[str]:
     batch_keys = [
         f"{role}.{key}={n}"
         for role in ("policy", "value")
         for key, n in (("train_global_batch_size", args.batch), ("train_micro_batch_size", args.micro))
     ]
     model = [f"policy.model.path={model_dir}"] if model_dir else shape_overrides(shape)  # the critic starts from it
-    overrides = [
+    return [
         "ppo.init_from_sft=false",
         f"ppo.max_num_steps={steps}",
+        "ppo.policy_training_start_step=0",
         f"ppo.num_prompts_per_step={args.batch}",
         f"policy.generation.max_new_tokens={args.new_tokens}",
         "ppo.val_at_start=false",
@@ -348,54 +198,20 @@ def trainer_steps(
         "logger.tensorboard=false",
         "logger.progress=false",
         *model,
-        *backend_overrides,
-        *args.override,
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, records, seconds = run_dtppo(
-            overrides,
-            Path(tmp) / "log",
-            cuda,
-            timeout=1800,
-            extra_env={PROFILE_ENV: str(profile_dir)} if profile_dir else None,
-        )
-    measured = [r for r in records if "timing/step" in r][1:]
-    result = {
-        "model_shape": shape,
-        "vocab_size": vocab or len(build_char_tokenizer()),
-        "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
-        "batch": args.batch,
-        "max_new_tokens": args.new_tokens,
-        "micro_batch": args.micro,
-        "overrides": overrides,
-        "exit_code": proc.returncode,
-        "wall_s": seconds,
-        "steps_measured": len(measured),
-        "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
-    }
-    if proc.returncode or not measured:
-        return result | {"passed": False}
-    last = measured[-1]
-    return (
-        result
-        | _step_figures(measured, shape, result["vocab_size"], args.batch, cuda)
-        | {
-            "last_step": {
-                k: last.get(k)
-                for k in (
-                    "train/reward",
-                    "train/loss",
-                    "train/critic/loss",
-                    "train/token_mult_prob_error",
-                    "train/critic/explained_var",
-                )
-            },
-            "passed": all(
-                isinstance(last.get(k), float) and math.isfinite(last[k])
-                for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
-            ),
-        }
-    )
+
+
+def update_profiles(directory: Path, cuda: bool) -> dict:
+    """The profiled updates (dtppo.observability.profiling), one per model: the total self time on the device (CPU
+    in the fallback) and the top operators, so the critic/policy gap has a kernel-level account."""
+    by_model = {}
+    for file in sorted(directory.glob("*_rank0_call*.json")):
+        summary = json.loads(file.read_text())
+        by_model[summary["model"]] = {k: v for k, v in summary.items() if k != "top"} | {"top": summary["top"][:12]}
+    key = "total_self_device_ms" if cuda else "total_self_cpu_ms"
+    policy, value = by_model.get("policy"), by_model.get("value")
+    ratio = value[key] / policy[key] if policy and value and policy[key] else None
+    return {"update_profiles": by_model, "critic_over_policy_self_time": ratio}
 
 
 def _step_figures(measured: list[dict], shape: dict, vocab: int, batch: int, cuda: bool) -> dict:
@@ -447,20 +263,21 @@ def _step_figures(measured: list[dict], shape: dict, vocab: int, batch: int, cud
     }
 
 
-def throughput_table(cuda: bool, args) -> dict:
-    """Issue 23, item 3: the step at Qwen2.5-0.5B's and -1.5B's shapes with the 151,936-entry vocabulary (model
-    directories written by bench/common/shapes.py, random bf16 weights), one process. Goals: each update >= 25 % of
-    the bf16 peak at 0.5B and >= 35 % at 1.5B. CPU fallback: the smoke shape with a 512-entry vocabulary."""
+def throughput_row(cuda: bool, args, name: str) -> dict:
+    """Issue 23, item 3: the step at Qwen2.5-``name``'s shape with the 151,936-entry vocabulary (a model directory
+    written by bench/common/shapes.py, random bf16 weights), one process. Goals: each update >= 25 % of the bf16
+    peak at 0.5B and >= 35 % at 1.5B. CPU fallback: the smoke shape with a 512-entry vocabulary (0.5B's phase; the
+    1.5B phase is skipped)."""
+    if not cuda and name != "0.5b":
+        return {"skipped": "CPU fallback"}
     device = torch.device("cuda" if cuda else "cpu")
-    vocab = QWEN25_VOCAB if cuda else 512
-    goals = {"0.5b": 0.25, "1.5b": 0.35}
-    rows = []
-    for name in ("0.5b", "1.5b") if cuda else ("smoke",):
-        with tempfile.TemporaryDirectory() as tmp:
-            shape = write_model_dir(Path(tmp) / "model", name, vocab, device)
-            run = trainer_steps(cuda, args, model_dir=Path(tmp) / "model", model_shape=shape, vocab=vocab)
-        rows.append({"shape": name, "update_peak_fraction_goal": goals.get(name)} | run)
-    return {"rows": rows, "passed": all(r["passed"] for r in rows)}
+    vocab, shape_name = (QWEN25_VOCAB, name) if cuda else (512, "smoke")
+    with tempfile.TemporaryDirectory() as tmp:
+        shape = write_model_dir(Path(tmp) / "model", shape_name, vocab, device)
+        run = trainer_steps(cuda, args, model_dir=Path(tmp) / "model", model_shape=shape, vocab=vocab)
+    if cuda:
+        torch.cuda.empty_cache()  # the model was built here, in the parent
+    return {"shape": shape_name, "update_peak_fraction_goal": {"0.5b": 0.25, "1.5b": 0.35}.get(shape_name)} | run
 
 
 def vllm_steps(cuda: bool, args) -> dict:
@@ -529,7 +346,7 @@ def memory_features(cuda: bool) -> dict:
     device is host memory)."""
     if not cuda:
         return {"skipped": "CPU fallback"}
-    rows = features_rows(24, (1,), os.environ.get("DTPPO_GPU_COMMAND", "python -m bench.device.check"))
+    rows = features_rows(24, (1,), COMMAND, lambda: DEADLINE.timeout(600))
     by = {(r["role"], r["feature"]): r for r in rows}
     passed = all(
         by[(role, "cpu_offload")]["device_resident_MiB"] < by[(role, "off")]["device_resident_MiB"]
@@ -548,7 +365,7 @@ def memory_lora(cuda: bool) -> dict:
         return {"skipped": "CPU fallback"}
     if importlib.util.find_spec("peft") is None:
         return {"skipped": "peft is not installed (carry its wheel and accelerate's, docs/lora.md)"}
-    rows = lora_rows(24, (1,), os.environ.get("DTPPO_GPU_COMMAND", "python -m bench.device.check"))
+    rows = lora_rows(24, (1,), COMMAND, lambda: DEADLINE.timeout(600))
     by = {r["mode"]: r for r in rows}
     passed = all(by[m]["device_resident_MiB"] < by["full"]["device_resident_MiB"] for m in ("lora-r16", "lora-r64"))
     return {"rows": rows, "passed": passed}
@@ -556,10 +373,12 @@ def memory_lora(cuda: bool) -> dict:
 
 def features_smoke(cuda: bool) -> dict:
     """The tiny recipe for 2 PPO steps with activation checkpointing and CPU offload on for policy (and its
-    reference: KL on) and critic: the workers build, train, refit and validate with both. CPU fallback: skipped
-    (tests/distributed/test_memory_features.py builds the workers with both flags on 2 gloo ranks)."""
+    reference: KL on) and critic, and the policy's LoRA adapters (rank 16) where PEFT is installed: the workers
+    build, train, refit (the merged adapters, from offloaded shards) and validate with all of them. CPU fallback:
+    skipped (tests/distributed/test_memory_features.py builds the workers with both flags on 2 gloo ranks)."""
     if not cuda:
         return {"skipped": "CPU fallback"}
+    lora = ["policy.lora.rank=16"] if importlib.util.find_spec("peft") else []
     overrides = [
         "ppo.init_from_sft=false",
         "ppo.max_num_steps=2",
@@ -574,6 +393,7 @@ def features_smoke(cuda: bool) -> dict:
         "logger.tensorboard=false",
         "checkpointing.enabled=false",
         *FEATURE_FLAGS,
+        *lora,
     ]
     with tempfile.TemporaryDirectory() as tmp:
         proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900)
@@ -586,33 +406,6 @@ def features_smoke(cuda: bool) -> dict:
         "last_step_metrics": {k: last.get(k) for k in keys},
         "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
         "passed": proc.returncode == 0 and all(isinstance(last.get(k), float) and math.isfinite(last[k]) for k in keys),
-    }
-
-
-def update_profile(cuda: bool, args) -> dict:
-    """The same steps with the updates under torch.profiler (``DTPPO_PROFILE_DIR``, dtppo.observability.profiling):
-    for the critic's and the policy's last update, the total self time on the device (CPU in the fallback) and the top
-    operators, so the critic/policy gap has a kernel-level account (each profile's ``wall_s`` is its update alone).
-    A separate run: the profiler slows the steps it records and writes its files inside the timed phases, so the
-    step's timings come from the unprofiled run."""
-    with tempfile.TemporaryDirectory() as tmp:
-        run = trainer_steps(cuda, args, profile_dir=Path(tmp) / "profile")
-        files = sorted((Path(tmp) / "profile").glob("*_rank0_call*.json"))
-        by_model = {}
-        for file in files:  # the last call per model: after the warm-up step
-            summary = json.loads(file.read_text())
-            if summary["call"] >= by_model.get(summary["model"], {}).get("call", 0):
-                by_model[summary["model"]] = summary
-    keys = "total_self_device_ms" if cuda else "total_self_cpu_ms"
-    policy, value = by_model.get("policy"), by_model.get("value")
-    return {
-        "exit_code": run["exit_code"],
-        "stderr_tail": run["stderr_tail"],
-        "profiles": {
-            name: {k: v for k, v in p.items() if k != "top"} | {"top": p["top"][:12]} for name, p in by_model.items()
-        },
-        "critic_over_policy_self_time": value[keys] / policy[keys] if policy and value and policy[keys] else None,
-        "passed": run["passed"] and policy is not None and value is not None,
     }
 
 
@@ -634,35 +427,115 @@ def long_responses(cuda: bool) -> dict:
     return {"rows": rows, "passed": all("seconds" in row for row in rows)}
 
 
-def main() -> int:
+def environment(cuda: bool) -> dict:
+    """What the later phases need: versions, and whether math-verify (imported by every `dtppo ppo`) and PEFT
+    import here."""
+    found = {}
+    for module in ("math_verify", "peft"):
+        try:
+            found[module] = getattr(importlib.import_module(module), "__version__", "importable")
+        except ImportError as error:
+            found[module] = f"missing: {error}"
+    return {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        **found,
+        "passed": not found["math_verify"].startswith("missing"),
+    }
+
+
+PHASES = [
+    "environment",
+    "features_smoke",
+    "step",
+    "decode",
+    "table_1.5b",
+    "table_0.5b",
+    "quickstart",
+    "long_responses",
+    "hf_generate",
+    "checkpoint_resume",
+    "numerics",
+    "memory_features",
+    "memory_lora",
+    "step_vllm",
+]
+
+
+def phase_runs(cuda: bool, args, record: dict) -> dict[str, Callable[[], dict]]:
+    """Each phase by name; the first ones answer the most (docs/performance.md, "The device script")."""
+    device = torch.device("cuda" if cuda else "cpu")
+
+    def graph_tokens_per_s() -> float | None:
+        row = record["phases"].get("decode", {}).get("variants", {}).get("dtppo decode_graph")
+        return row["tokens_per_s"] if row else None
+
+    def checks() -> dict:
+        rows = numerics(device, batch=16 if cuda else 4, new_tokens=24 if cuda else 8)
+        return {"checks": rows, "passed": all(c["passed"] for c in rows)}
+
+    return {
+        "environment": lambda: environment(cuda),
+        "features_smoke": lambda: features_smoke(cuda),
+        "step": lambda: trainer_steps(cuda, args, profile=True),
+        "decode": lambda: decode_speed(cuda, args.decode_prompts, args.decode_tokens, args.decode_full_on_cpu),
+        "table_1.5b": lambda: throughput_row(cuda, args, "1.5b"),
+        "table_0.5b": lambda: throughput_row(cuda, args, "0.5b"),
+        "quickstart": lambda: quickstart(cuda),
+        "long_responses": lambda: long_responses(cuda),
+        "hf_generate": lambda: (
+            hf_generate_speed(cuda, args.decode_prompts, args.decode_tokens, graph_tokens_per_s())
+            if cuda or args.decode_full_on_cpu
+            else {"skipped": "CPU fallback"}
+        ),
+        "checkpoint_resume": lambda: checkpoint_resume(cuda),
+        "numerics": checks,
+        "memory_features": lambda: memory_features(cuda),
+        "memory_lora": lambda: memory_lora(cuda),
+        "step_vllm": lambda: vllm_steps(cuda, args),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", action="store_true", help="the CPU fallback even where CUDA is available")
+    parser.add_argument("--phases", default=",".join(PHASES), help="comma-separated, run in this order")
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="seconds: later phases are skipped, children end inside it"
+    )
     parser.add_argument("--batch", type=int, default=None, help="prompts per step (CUDA 128, CPU 8)")
     parser.add_argument("--new-tokens", type=int, default=None, help="max new tokens per response (CUDA 128, CPU 8)")
     parser.add_argument("--micro", type=int, default=None, help="rows per forward/backward (CUDA 32, CPU the batch)")
-    parser.add_argument("--steps", type=int, default=None, help="measured steps after one warm-up (CUDA 3, CPU 1)")
+    parser.add_argument("--steps", type=int, default=None, help="measured steps after one warm-up (CUDA 2, CPU 1)")
     parser.add_argument("--override", action="append", default=[], help="extra `dtppo ppo` key=value for the step")
     parser.add_argument("--decode-prompts", type=int, default=None, help="decode bench rows (CUDA 256, CPU 4)")
-    parser.add_argument("--decode-tokens", type=int, default=None, help="decode bench new tokens (CUDA 512, CPU 8)")
+    parser.add_argument("--decode-tokens", type=int, default=None, help="decode bench new tokens (CUDA 256, CPU 8)")
     parser.add_argument(
-        "--decode-full-on-cpu",
-        action="store_true",
-        help="CPU fallback: also the compiled decode variants (minutes of compilation)",
+        "--decode-full-on-cpu", action="store_true", help="CPU fallback: also the compiled decode (minutes)"
     )
     parser.add_argument(
-        "--out",
-        default=None,
-        help="JSON path (CUDA: bench/results/device/gpu.json; CPU fallback: runs/gpu-check-cpu.json)",
+        "--out", default=None, help="JSON path (CUDA: bench/results/device/gpu.json; CPU: runs/gpu-check-cpu.json)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(args.phases) - set(PHASES))
+    if unknown:
+        parser.error(f"--phases: unknown {', '.join(unknown)} (known: {', '.join(PHASES)})")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    DEADLINE.start(args.deadline)
     cuda = torch.cuda.is_available() and not args.cpu
-    device = torch.device("cuda") if cuda else torch.device("cpu")
     args.batch = args.batch or (128 if cuda else 8)
     args.new_tokens = args.new_tokens or (128 if cuda else 8)
-    args.steps = args.steps or (3 if cuda else 1)
+    args.steps = args.steps or (2 if cuda else 1)
     args.micro = args.micro or (32 if cuda else args.batch)
     args.decode_prompts = args.decode_prompts or (256 if cuda else 4)
-    args.decode_tokens = args.decode_tokens or (512 if cuda else 8)
+    args.decode_tokens = args.decode_tokens or (256 if cuda else 8)
     # A CPU fallback run is a smoke test of the plumbing: it never lands under the GPU result's name.
     out = Path(args.out or (DEVICE / "gpu.json" if cuda else REPO / "runs" / "gpu-check-cpu.json"))
     if not cuda:
@@ -670,179 +543,16 @@ def main() -> int:
         # descheduled thread make them tens of times slower: the smoke test stays on one thread.
         torch.set_num_threads(1)
     torch.manual_seed(0)
-    checks = numerics(device, batch=16 if cuda else 4, new_tokens=24 if cuda else 8)
-    result = {
+    record = {
         "mode": "cuda" if cuda else "cpu-fallback",
-        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
         "command": os.environ.get("DTPPO_GPU_COMMAND", "python -m bench.device.check " + " ".join(sys.argv[1:])),
-        "numerics": checks,
-        "numerics_passed": all(c["passed"] for c in checks),
-        "step": trainer_steps(cuda, args),
-        "step_vllm": vllm_steps(cuda, args),
-        "checkpoint_resume": checkpoint_resume(cuda),
-        "memory_features": memory_features(cuda),
-        "memory_lora": memory_lora(cuda),
-        "features_smoke": features_smoke(cuda),
-        "update_profile": update_profile(cuda, args),
-        "throughput_table": throughput_table(cuda, args),
-        "decode": decode_speed(cuda, args.decode_prompts, args.decode_tokens, args.decode_full_on_cpu),
-        "quickstart": quickstart(cuda),
-        "long_responses": long_responses(cuda),
+        "deadline_s": args.deadline,
+        "phases": {},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    _print(result)
+    runs = phase_runs(cuda, args, record)
+    run_phases([(name, runs[name]) for name in args.phases], record, out, print_phase)
     print(f"wrote {out}")
-    checks = (
-        result["numerics_passed"],
-        result["step"]["passed"],
-        result["step_vllm"].get("passed", True),
-        result["checkpoint_resume"]["passed"],
-        result["memory_features"].get("passed", True),
-        result["memory_lora"].get("passed", True),
-        result["features_smoke"].get("passed", True),
-        result["update_profile"]["passed"],
-        result["throughput_table"]["passed"],
-        result["quickstart"]["passed"],
-        result["long_responses"]["passed"],
-    )
-    return 0 if all(checks) else 1
-
-
-def _print(result: dict) -> None:
-    print(f"mode {result['mode']} on {result['device']}")
-    print(f"{'numerics check':<64}{'lp max':>9}{'lp mean':>9}{'v max':>9}{'loss':>10}{'gn rel':>9}  ok")
-    for c in result["numerics"]:
-        loss = max(c["policy_loss_diff"], c["critic_loss_diff"])
-        grad = max(c["policy_grad_norm_rel_diff"], c["critic_grad_norm_rel_diff"])
-        print(
-            f"{c['check']:<64}{c['logprob_max_abs_diff']:>9.1e}{c['logprob_mean_abs_diff']:>9.1e}"
-            f"{c['value_max_abs_diff']:>9.1e}{loss:>10.1e}{grad:>9.1e}  {'yes' if c['passed'] else 'NO'}"
-        )
-    s = result["step"]
-    head = (
-        f"dtppo ppo, PPOTrainer.step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, "
-        f"{s['precision']}, {s['batch']} prompts x <={s['max_new_tokens']} new tokens)"
-    )
-    if not s["passed"]:
-        print(f"{head}: FAILED (exit {s['exit_code']})\n{s['stderr_tail']}")
-    else:
-        t = s["timing_s_median"]
-        print(
-            f"{head}: {t['timing/step']:.3f} s/step, {s['tokens_per_s']:.0f} tok/s, generation "
-            f"{s['generated_tokens_per_s']:.0f} tok/s, ~{s['achieved_tflops']:.3g} TFLOP/s = "
-            f"{100 * s['peak_fraction']:.1f}% of the measured {s['peak_matmul_dtype']} matmul peak "
-            f"({s['peak_tflops']:.3g} TFLOP/s)"
-        )
-        print("timing/* medians (s): " + ", ".join(f"{k.removeprefix('timing/')} {v:.3f}" for k, v in t.items()))
-    v = result["step_vllm"]
-    if "skipped" in v:
-        print(f"backend=vllm: skipped ({v['skipped']})")
-    else:
-        t = v.get("timing_s_median", {})
-        print(
-            f"backend=vllm: exit {v['exit_code']}, {t.get('timing/step', float('nan')):.3f} s/step, generation "
-            f"{t.get('timing/generation', float('nan')):.3f} s, "
-            f"weight_refit {t.get('timing/weight_refit', float('nan')):.3f} s, "
-            f"token_mult_prob_error {v.get('last_step', {}).get('train/token_mult_prob_error')}  "
-            f"{'ok' if v['passed'] else 'FAILED'}"
-        )
-        if v.get("stderr_tail"):
-            print(v["stderr_tail"])
-    c = result["checkpoint_resume"]
-    print(
-        f"tiny recipe 2 steps + resume to 3: exit {c['exit_codes']}, steps {c['steps_logged']}, resumed "
-        f"{c['resumed']}, {sum(c['seconds']):.1f} s  {'ok' if c['passed'] else 'FAILED'}"
-    )
-    if c["stderr_tail"]:
-        print(c["stderr_tail"])
-    m = result["memory_features"]
-    if "skipped" in m:
-        print(f"memory features: skipped ({m['skipped']})")
-    else:
-        for r in m["rows"]:
-            print(
-                f"memory features: {r['role']:<7}{r['feature']:<26}device MiB: resident "
-                f"{r['device_resident_MiB']:>7.0f}, held after forward {r['device_held_after_forward_MiB']:>7.0f}, "
-                f"fwd+bwd peak +{r['device_fwd_bwd_peak_added_MiB']:.0f}, optimizer peak "
-                f"+{r['device_optimizer_peak_added_MiB']:.0f}; {r['fwd_bwd_s']:.2f} + {r['optimizer_s']:.2f} s"
-            )
-        print(f"memory features: offload lowers the resident, AC the held: {'ok' if m['passed'] else 'FAILED'}")
-    lora = result["memory_lora"]
-    if "skipped" in lora:
-        print(f"memory LoRA: skipped ({lora['skipped']})")
-    else:
-        for r in lora["rows"]:
-            print(
-                f"memory LoRA: {r['mode']:<10} device MiB: resident {r['device_resident_MiB']:>7.0f}, warm-up peak "
-                f"{r['device_peak_MiB']:>7.0f}; AdamW state {r['optimizer_state_MiB']:.0f}"
-            )
-        print(f"memory LoRA: adapters hold less than full fine-tuning: {'ok' if lora['passed'] else 'FAILED'}")
-    f = result["features_smoke"]
-    if "skipped" in f:
-        print(f"tiny recipe with AC + CPU offload: skipped ({f['skipped']})")
-    else:
-        print(
-            f"tiny recipe 2 steps, AC + CPU offload on: exit {f['exit_code']}, {f['seconds']:.1f} s  "
-            f"{'ok' if f['passed'] else 'FAILED'}"
-        )
-        if f["stderr_tail"]:
-            print(f["stderr_tail"])
-    _print_issue23(result["update_profile"], result["throughput_table"], result["decode"])
-    q = result["quickstart"]
-    memory = q["max_memory_allocated_gib"]
-    print(
-        f"quickstart {q['recipe']} ({q['shape']} shape, 2 steps): exit {q['exit_codes']}, {q['seconds']:.1f} s, "
-        f"peak {'n/a' if memory is None else f'{memory:.1f} GiB'}, checkpoints {q['checkpoints']}, "
-        f"exported {q['exported']}  {'ok' if q['passed'] else 'FAILED'}"
-    )
-    if q["stderr_tail"]:
-        print(q["stderr_tail"])
-    for row in result["long_responses"]["rows"]:
-        cells = f"{row['seconds']:.2f} s, peak {row['peak_mib']:.0f} MiB" if "seconds" in row else row["failed"]
-        print(f"long responses: {row['what']} at T={row['T']} ({row['layout']}, cp {row['cp']}): {cells}")
-
-
-def _print_issue23(prof: dict, table: dict, decode: dict) -> None:
-    ratio = prof["critic_over_policy_self_time"]
-    print(
-        f"update profile: exit {prof['exit_code']}, critic/policy self time "
-        f"{'n/a' if ratio is None else f'{ratio:.2f}'}  {'ok' if prof['passed'] else 'FAILED'}"
-    )
-    for name, p in prof["profiles"].items():
-        print(
-            f"  {name} update, top operators by {p['ranked_by']}: "
-            + "; ".join(f"{op['name']} {op[p['ranked_by']]:.1f} ms x{op['calls']}" for op in p["top"][:6])
-        )
-    if prof["stderr_tail"]:
-        print(prof["stderr_tail"])
-    for r in table["rows"]:
-        if not r["passed"]:
-            print(f"throughput {r['shape']}: FAILED (exit {r['exit_code']})\n{r['stderr_tail']}")
-            continue
-        fractions = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["update_peak_fraction"].items())
-        memory = r["max_memory_allocated_gib"]
-        print(
-            f"throughput {r['shape']} (V = {r['vocab_size']}): {r['timing_s_median']['timing/step']:.2f} s/step, "
-            f"generation {r['generated_tokens_per_s']:.0f} tok/s, of peak: {fractions} "
-            f"(goal {r['update_peak_fraction_goal']}), max memory "
-            f"{'n/a' if memory is None else f'{memory:.1f} GiB'}; shares: "
-            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in r["phase_share"].items() if v >= 0.01)
-        )
-    for name, v in decode["variants"].items():
-        print(
-            f"decode {decode['prompts']} x {decode['new_tokens']}: {name:<40}{v['tokens_per_s']:>10.0f} tok/s "
-            f"(first call {v['first_call_s']:.1f} s)"
-        )
-    if "goals" in decode:
-        g = decode["goals"]
-        print(
-            f"decode: graph/eager {g['graph_over_eager']:.2f}x (goal >= {g['graph_over_eager_goal']:.0f}x), "
-            f"graph/transformers {g['graph_over_transformers']:.2f}x (goal >= {g['graph_over_transformers_goal']}x); "
-            f"identical rows {decode['graph_vs_eager']['identical_rows']:.2f}"
-        )
+    return 0 if record["passed"] else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import torch
 from bench.common.paths import DEVICE, REPO
 from bench.common.readme import with_block
 from bench.common.shapes import QWEN25_VOCAB, write_model_dir
+from bench.device.phases import DEADLINE
 from dtppo.observability.logger import read_metrics
 
 README = REPO / "README.md"
@@ -50,7 +51,12 @@ def _dtppo(args: list[str], cwd: Path, cuda: bool) -> tuple[subprocess.Completed
     env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}))
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "dtppo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1500
+        [sys.executable, "-m", "dtppo", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE.timeout(1500),
     )
     return proc, time.perf_counter() - start
 

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common.paths import PERF, REPO
@@ -174,9 +175,10 @@ def _write_rank_result(out: str, value) -> None:
     Path(f"{out}.{rank()}").write_text(json.dumps(value))
 
 
-def in_child(rank_fn: str, args: tuple, ranks: int) -> list:
-    """``memory.<rank_fn>(*args, out)`` on ``ranks`` ranks of a fresh process (group); each rank's JSON result. On
-    CUDA one process still joins a one-rank group, as dtppo's ranks do (``run_ranks``)."""
+def in_child(rank_fn: str, args: tuple, ranks: int, timeout: float | None = None) -> list:
+    """``memory.<rank_fn>(*args, out)`` on ``ranks`` ranks of a fresh process (group), killed after ``timeout``
+    seconds (None: no limit); each rank's JSON result. On CUDA one process still joins a one-rank group, as dtppo's
+    ranks do (``run_ranks``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = f"{tmp}/result"
         call = ", ".join(repr(a) for a in (*args, out))
@@ -186,7 +188,9 @@ def in_child(rank_fn: str, args: tuple, ranks: int) -> list:
             f"run_ranks(memory.{rank_fn}, {ranks}, {call})"
         )
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // ranks)))
-        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"{rank_fn}{args} x{ranks} failed:\n{proc.stderr[-3000:]}")
         return [json.loads(Path(f"{out}.{r}").read_text()) for r in range(ranks)]
@@ -365,16 +369,19 @@ def _features_rank(role: str, feature: str, layers: int, out: str) -> None:
     _write_rank_result(out, features_step(role, feature, layers))
 
 
-def features_rows(layers: int, ranks: tuple[int, ...], command: str) -> list[dict]:
-    """Every (ranks, role, feature) measurement, each in a fresh process (group); per rank: the largest rank's
-    memory and the slowest rank's seconds. Offload only where the model is FSDP-wrapped (dp > 1, or any GPU run)."""
+def features_rows(
+    layers: int, ranks: tuple[int, ...], command: str, timeout: Callable[[], float | None] = lambda: None
+) -> list[dict]:
+    """Every (ranks, role, feature) measurement, each in a fresh process (group) killed after ``timeout()``
+    seconds; per rank: the largest rank's memory and the slowest rank's seconds. Offload only where the model is
+    FSDP-wrapped (dp > 1, or any GPU run)."""
     rows = []
     for world in ranks:
         for role in ("policy", "critic"):
             for feature in FEATURES:
                 if feature == "cpu_offload" and world == 1 and not _cuda():
                     continue
-                per_rank = in_child("_features_rank", (role, feature, layers), world)
+                per_rank = in_child("_features_rank", (role, feature, layers), world, timeout())
                 worst = {k: None if per_rank[0][k] is None else max(r[k] for r in per_rank) for k in per_rank[0]}
                 rows.append({"ranks": world, "role": role, "feature": feature, **worst, "command": command})
                 print(
@@ -477,12 +484,15 @@ def _lora_rank(mode: str, layers: int, out: str) -> None:
     _write_rank_result(out, lora_resident(mode, layers))
 
 
-def lora_rows(layers: int, ranks: tuple[int, ...], command: str) -> list[dict]:
-    """Every (ranks, mode) measurement, each in a fresh process (group); per rank: the largest rank's figures."""
+def lora_rows(
+    layers: int, ranks: tuple[int, ...], command: str, timeout: Callable[[], float | None] = lambda: None
+) -> list[dict]:
+    """Every (ranks, mode) measurement, each in a fresh process (group) killed after ``timeout()`` seconds; per
+    rank: the largest rank's figures."""
     rows = []
     for world in ranks:
         for mode in LORA_MODES:
-            per_rank = in_child("_lora_rank", (mode, layers), world)
+            per_rank = in_child("_lora_rank", (mode, layers), world, timeout())
             worst = {k: None if per_rank[0][k] is None else max(r[k] for r in per_rank) for k in per_rank[0]}
             rows.append({"ranks": world, "mode": mode, **worst, "command": command})
             shown = ", ".join(f"{k} {v:,.0f}" for k, v in worst.items() if v is not None)

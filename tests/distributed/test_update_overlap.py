@@ -51,8 +51,8 @@ def _rank(out: str) -> None:
     trainer.policy = PolicyRole(TimedWorker() if me == 0 else None, range(0, 1), colocated=False)
     trainer.value = ValueRole(TimedWorker() if me == 1 else None, range(1, 2), colocated=False)
     results = {
-        "structured": trainer._update(None, True, PhaseTimer()),
-        "serial": _serial_update(trainer, None, True, PhaseTimer()),
+        "structured": trainer._update(None, True, PhaseTimer(torch.device("cpu"))),
+        "serial": _serial_update(trainer, None, True, PhaseTimer(torch.device("cpu"))),
     }
     torch.save(results, f"{out}.{me}")
 

@@ -68,6 +68,15 @@ def broadcast_object(obj: Any, src: int) -> Any:
     return box[0]
 
 
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order, on every rank."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def barrier() -> None:
     if is_distributed():
         dist.barrier()

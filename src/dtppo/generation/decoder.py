@@ -60,11 +60,13 @@ def _attend_decode(
 ) -> torch.Tensor:
     """One query per row against the first ``keys`` cache columns. q: [B, Hq, D]; bias: [B·Hkv, Hq/Hkv, keys]
     (0 or -inf). Returns [B, Hq·D]. Grouped heads become the rows of one small matmul per (row, kv head), which
-    beats SDPA's kernels for a single query on CPU."""
+    beats SDPA's kernels for a single query on CPU. The scores are computed in fp32, as the trainer's attention
+    kernels keep them (a no-op cast for fp32 models): bf16 scores are rounded by 0.125 at |score| 16."""
     batch, group = q.shape[0], d.n_q // d.n_kv
-    k = k_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim)
+    k = k_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim).float()
     v = v_cache[:, :, :keys].reshape(batch * d.n_kv, keys, d.head_dim)
-    scores = torch.baddbmm(bias, q.reshape(batch * d.n_kv, group, d.head_dim), k.transpose(1, 2), alpha=d.scale)
+    queries = q.reshape(batch * d.n_kv, group, d.head_dim).float()
+    scores = torch.baddbmm(bias.float(), queries, k.transpose(1, 2), alpha=d.scale)
     return torch.bmm(scores.softmax(-1, dtype=torch.float32).to(v.dtype), v).view(batch, d.n_q * d.head_dim)
 
 
@@ -135,10 +137,11 @@ def _forward(
     for i, w in enumerate(layers):
         r, m = d.rope_of_layer[i], d.mask_of_layer[i]
         x = _layer(x, w, rotation[:, r : r + 1], caches[2 * i], caches[2 * i + 1], columns, keys, masks[m], d)
-    logits = F.linear(_rms_norm(x[:, -1], final_norm, d), lm_head)
+    # fp32 head, as the trainer's (models.logprobs): logits rounded to bf16 would move every log-prob.
+    logits = F.linear(_rms_norm(x[:, -1], final_norm, d).float(), lm_head.float())
     if d.final_softcap is not None:
         logits = torch.tanh(logits / d.final_softcap) * d.final_softcap
-    return logits.float()
+    return logits
 
 
 _compiled_forwards: dict[bool, object] = {}
@@ -186,7 +189,9 @@ class StaticKVDecoder:
         self.graphs = compile and self.device.type == "cuda"
         if self.graphs:
             for tensor in self._graph_inputs():
-                torch._dynamo.mark_static_address(tensor)
+                # guard=False (explicit: older torch guarded by default): a decoder rebuilt at new addresses reuses
+                # the compiled code instead of counting as one more recompile.
+                torch._dynamo.mark_static_address(tensor, guard=False)
 
     def refresh(self) -> None:
         """Copy the model's current weights into this decoder's own tensors, in place, and forget the previous

@@ -9,6 +9,7 @@ worker, the trainer and validation see only the protocol's methods and the weigh
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
@@ -23,9 +24,16 @@ from dtppo.generation.sampler import left_padded, sample_tokens
 from dtppo.models.weights import full_parameters, load_weights
 from dtppo.types import Experience, SampleRequest
 
-# The compiled decode step attends over the whole cache; rounding its length up to this lets nearby prompt
-# widths share one graph.
+log = logging.getLogger(__name__)
+# Distinct (batch, cache length) shapes one process compiles decode steps for. Each is a recompile of the one
+# compiled decode function, and dynamo stops at its recompile limit (8 by default), with fullgraph=True as a hard
+# error in the middle of a run; past this many, a rollout decodes eagerly (docs/design.md, "Generation").
+MAX_GRAPH_SHAPES = 6
+# Compiled decoders kept alive (each holds its KV cache and stacked weights): a synchronous run alternates between
+# its rollout shape and its validation shape; a third shape evicts the least recently used.
+GRAPH_DECODERS_KEPT = 2
 _GRAPH_CACHE_ROUNDING = 64
+_compiled_shapes: set[tuple[str, int, int]] = set()  # per process, as dynamo's cache of the decode function
 
 
 class Generator(Protocol):
@@ -58,6 +66,27 @@ class Generator(Protocol):
         """End of the run: release the engine's resources."""
 
 
+def graph_cache_length(length: int, cache_len: int | None) -> int:
+    """The cache length of a compiled decoder for a rollout of ``length`` columns (prompt width + new tokens): the
+    generator's one length ``cache_len`` (its longest prompt + new tokens, rounded up to 64) whenever it fits, so
+    that prompt widths never make new shapes; past it (or without it) ``length`` rounded up to 64 times a power of
+    two, so that longer rollouts share few lengths. The compiled step attends over the whole cache."""
+    if cache_len is not None and length <= cache_len:
+        return -(-cache_len // _GRAPH_CACHE_ROUNDING) * _GRAPH_CACHE_ROUNDING
+    blocks = -(-length // _GRAPH_CACHE_ROUNDING)
+    return _GRAPH_CACHE_ROUNDING * (1 << (blocks - 1).bit_length())
+
+
+def reserve_graph_shape(device: torch.device, batch: int, max_len: int) -> bool:
+    """Whether decode steps of this shape may be compiled: already compiled, or one of the first
+    ``MAX_GRAPH_SHAPES`` this process compiles."""
+    shape = (device.type, batch, max_len)
+    if shape not in _compiled_shapes and len(_compiled_shapes) >= MAX_GRAPH_SHAPES:
+        return False
+    _compiled_shapes.add(shape)
+    return True
+
+
 def resolve_decoder(
     model: PreTrainedModel, decoder: Literal["auto", "hf", "static"], compile: bool = False
 ) -> Literal["hf", "static"]:
@@ -84,9 +113,12 @@ class TorchGenerator:
     """dtppo's KV-cache sampler (``rollout.sampler``) on a whole model, with the decoder chosen once.
 
     ``compile``: decode steps run as one compiled graph each (``policy.generation.decode_graph``; static decoder
-    only). The compiled decoders, one per (batch, cache length), are kept here across rollouts and refreshed in
-    place with the current weights: a CUDA graph reads fixed addresses, and a new address re-records it (torch
-    stops recording a function after 128 unexpected re-records and falls back to eager).
+    only). The compiled decoders, one per (batch, cache length) with cache lengths from ``graph_cache_length``
+    (``cache_len``: the longest prompt + new tokens a rollout can need), are kept here across rollouts and
+    refreshed in place with the current weights: a CUDA graph reads fixed addresses, and a new address re-records
+    it (torch stops recording a function after 128 unexpected re-records and falls back to eager). At most
+    ``GRAPH_DECODERS_KEPT`` are kept (least recently used evicted), and past ``MAX_GRAPH_SHAPES`` shapes in the
+    process a rollout decodes eagerly, with one warning.
     """
 
     def __init__(
@@ -96,10 +128,13 @@ class TorchGenerator:
         pad_id: int,
         decoder: Literal["auto", "hf", "static"] = "auto",
         compile: bool = False,
+        cache_len: int | None = None,
     ):
         self.model, self.stop_ids, self.pad_id, self.compile = model, tuple(stop_ids), pad_id, compile
         self.decoder = resolve_decoder(model, decoder, compile)
-        self.graph_decoders: dict[tuple[int, int], StaticKVDecoder] = {}
+        self.cache_len = cache_len
+        self.graph_decoders: dict[tuple[int, int], StaticKVDecoder] = {}  # least recently used first
+        self.warned_past_cap = False
         self.version = 0
 
     def describe(self) -> str:
@@ -137,12 +172,25 @@ class TorchGenerator:
             return HFCacheDecoder(self.model)
         if not self.compile:
             return StaticKVDecoder(self.model, batch, length)
-        max_len = -(-length // _GRAPH_CACHE_ROUNDING) * _GRAPH_CACHE_ROUNDING
-        decoder = self.graph_decoders.get((batch, max_len))
-        if decoder is None:
-            decoder = self.graph_decoders[(batch, max_len)] = StaticKVDecoder(self.model, batch, max_len, compile=True)
-        else:
+        shape = (batch, graph_cache_length(length, self.cache_len))
+        decoder = self.graph_decoders.pop(shape, None)
+        if decoder is not None:
             decoder.refresh()
+        elif reserve_graph_shape(next(self.model.parameters()).device, *shape):
+            decoder = StaticKVDecoder(self.model, *shape, compile=True)
+        else:
+            if not self.warned_past_cap:
+                log.warning(
+                    "policy.generation.decode_graph: this process has compiled decode steps for %d shapes (batch, "
+                    "cache length), the most it compiles; rollouts of other shapes, first %s, decode eagerly",
+                    MAX_GRAPH_SHAPES,
+                    shape,
+                )
+                self.warned_past_cap = True
+            return StaticKVDecoder(self.model, batch, length)
+        self.graph_decoders[shape] = decoder
+        while len(self.graph_decoders) > GRAPH_DECODERS_KEPT:
+            del self.graph_decoders[next(iter(self.graph_decoders))]
         return decoder
 
     def refit(self, trained: nn.Module, version: int) -> None:
@@ -179,5 +227,10 @@ def build_generator(
         max_len = min(max_prompt_tokens + gen.max_new_tokens, model.config.max_position_embeddings)
         return VLLMEngine(model, stop_ids, pad_id, max_len, gen.vllm_kv_cache_mib, seed, device)
     return TorchGenerator(
-        replica(model) if replica is not None else model, stop_ids, pad_id, gen.decoder, compile=gen.decode_graph
+        replica(model) if replica is not None else model,
+        stop_ids,
+        pad_id,
+        gen.decoder,
+        compile=gen.decode_graph,
+        cache_len=max_prompt_tokens + gen.max_new_tokens,
     )

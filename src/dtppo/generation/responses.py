@@ -41,16 +41,24 @@ class Sampler(Protocol):
 
 @torch.no_grad()
 def sample_responses(
-    generator: Sampler, tokenizer: PreTrainedTokenizerBase, problems: list[Problem], cfg: Config, step: int
+    generator: Sampler,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: list[Problem],
+    cfg: Config,
+    step: int,
+    first_index: int = 0,
 ) -> Responses:
-    """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``)."""
+    """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``).
+    ``first_index``: the first problem's place in the whole set, whose index seeds its answer's noise: a share of
+    the set sampled on one rank draws what the whole set sampled at once would."""
     gen = cfg.policy.generation
     params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=gen.val_greedy)
     texts, lengths = [], []
     for start in range(0, len(problems), cfg.ppo.val_batch_size):
         batch = problems[start : start + cfg.ppo.val_batch_size]
         prompts = encode_prompts(tokenizer, batch, cfg.data)
-        key, ids = stream_key(cfg.ppo.seed, step, stream=1), torch.arange(start, start + len(batch))
+        key = stream_key(cfg.ppo.seed, step, stream=1)
+        ids = torch.arange(first_index + start, first_index + start + len(batch))
         experience = generator.sample(SampleRequest(prompts, params, key, ids, [episode_row(p) for p in batch]))
         texts += decode_responses(tokenizer, experience)
         lengths += experience.response_mask.sum(-1).tolist()

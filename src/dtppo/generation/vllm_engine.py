@@ -15,8 +15,11 @@ Randomness: request i gets its own ``SamplingParams(seed=...)`` from (stream key
 the same tokens. Whether a sample's tokens also survive a change of batch composition or dp layout depends on
 the engine computing bit-identical logits for a row in any batch (tests/vllm checks what holds on CPU).
 
-Threads and processes: the engine runs in the rank's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
-vLLM's uni executor); on CPU the CLI sets ``OMP_NUM_THREADS=1`` before torch starts, because vLLM's CPU
+Threads and processes: the engine runs in the rank's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``). On a
+GPU rank of a process group it is vLLM's external-launcher executor, which takes the rank's GPU from
+``LOCAL_RANK``: vLLM's default (uni-process) executor puts its worker on ``cuda:0`` and makes that the current
+device in every rank, and FSDP2 would then shard every rank's model onto GPU 0 too. On CPU, and in a lone
+process, the uni executor. On CPU the CLI sets ``OMP_NUM_THREADS=1`` before torch starts, because vLLM's CPU
 kernels slow down 10-50x when two OpenMP threads meet any other busy process (docs/design.md).
 """
 
@@ -66,6 +69,31 @@ def request_seeds(key: int, sample_ids: torch.Tensor) -> list[int]:
     """One non-negative 63-bit seed per sample: a hash of (stream key, global sample id). sample_ids: [B]."""
     mixed = splitmix(sample_ids.long() + splitmix(torch.tensor(key, dtype=torch.long)))
     return [int(s) & ((1 << 63) - 1) for s in mixed]
+
+
+def executor_backend(device: torch.device) -> str | None:
+    """vLLM's ``distributed_executor_backend`` for an engine on ``device``: the external launcher on a GPU rank of a
+    process group (every rank builds its engine, as dtppo requires; the engine's worker then sits on cuda:LOCAL_RANK,
+    the rank's own GPU), else vLLM's default. Raises when LOCAL_RANK does not name ``device``."""
+    if device.type != "cuda" or not torch.distributed.is_initialized():
+        return None
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.index != local_rank:
+        raise RuntimeError(
+            f"policy.generation.backend=vllm: this rank trains on {device} but LOCAL_RANK is {local_rank}, and "
+            f"vLLM's engine would take cuda:{local_rank}: launch one rank per GPU with LOCAL_RANK set (torchrun, "
+            f"dtppo's launcher or Ray do)"
+        )
+    return "external_launcher"
+
+
+def _check_current_device(device: torch.device) -> None:
+    """The engine must leave this rank's current CUDA device as it found it: FSDP2 shards onto the current device."""
+    if device.type == "cuda" and torch.cuda.current_device() != device.index:
+        raise RuntimeError(
+            f"policy.generation.backend=vllm: building the engine moved this rank's current CUDA device from "
+            f"{device} to cuda:{torch.cuda.current_device()} (an engine on another rank's GPU)"
+        )
 
 
 def _untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -122,7 +150,9 @@ class VLLMEngine:
                 enable_chunked_prefill=False,
                 max_num_batched_tokens=max(max_model_len, 8192),
                 enable_sleep_mode=self.sleep_supported,
+                distributed_executor_backend=executor_backend(device),
             )
+        _check_current_device(device)
 
     def describe(self) -> str:
         sleep = "asleep between rollouts" if self.sleep_supported else "awake throughout (no sleep mode here)"
@@ -131,6 +161,10 @@ class VLLMEngine:
     def prepare(self) -> None:
         """Undo ``finish`` (weights back on the device, KV cache reallocated); nothing when awake or on CPU."""
         if self.asleep:
+            if self.device.type == "cuda":
+                # The update's freed activations stay reserved by torch's allocator until emptied, and the KV
+                # cache vLLM reallocates now would not fit beside them on a GPU sized to the job.
+                torch.cuda.empty_cache()
             self.llm.wake_up()
             self.asleep = False
 

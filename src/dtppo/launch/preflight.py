@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from typing import Literal
+
+import torch
 
 from dtppo.config import Config, ConfigError, DatasetConfig
 from dtppo.config.rules import require
@@ -158,4 +161,13 @@ def _check_launch(cfg: Config) -> None:
         cluster.backend != "ray" or not under_torchrun(),
         "cluster.backend",
         "ray starts its own ranks; do not run it under torchrun",
+    )
+    # Every rank of a node takes GPU LOCAL_RANK (distributed.launch); Ray gives each actor a GPU of its own.
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", cluster.workers_per_node))
+    gpus = torch.cuda.device_count() if cluster.backend == "local" and torch.cuda.is_available() else None
+    require(
+        gpus is None or local_ranks <= gpus,
+        "cluster.workers_per_node",
+        f"{local_ranks} ranks per node, but this machine has {gpus} GPU(s) and every rank needs its own: lower "
+        f"cluster.workers_per_node, or set CUDA_VISIBLE_DEVICES= to train on the CPU",
     )

@@ -199,7 +199,11 @@ class _ChunkedLogprobs(torch.autograd.Function):
 def _chunk_logits(
     hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float, chunk_size: int
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(first row, fp32 logits / temperature [chunk, V]) for each chunk of ``hidden`` [N, H]."""
+    """(first row, fp32 logits / temperature [chunk, V]) for each chunk of ``hidden`` [N, H]. The head's matmul runs
+    in fp32 (the weight cast once per call, a no-op for fp32 parameters): bf16 logits would be rounded by up to
+    2^-9 of their size (0.03-0.06 at |logit| 10-20) before the log-softmax, and the generator and the trainer would
+    round apart (``train/token_mult_prob_error``)."""
+    weight, bias = weight.float(), None if bias is None else bias.float()
     for start in range(0, hidden.shape[0], chunk_size):
-        logits = F.linear(hidden[start : start + chunk_size], weight, bias).float()
+        logits = F.linear(hidden[start : start + chunk_size].float(), weight, bias)
         yield start, logits if temperature == 1.0 else logits.div_(temperature)

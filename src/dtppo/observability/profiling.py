@@ -1,7 +1,9 @@
 """Opt-in profiles of the training updates: with ``DTPPO_PROFILE_DIR=DIR`` set, every ``TrainEngine.train`` call
 runs under ``torch.profiler`` and writes ``DIR/<model>_rank<r>_call<n>.json``: its operators ranked by self time on
-the device (on the CPU when there is no GPU), with call counts. bench/device/gpu.sh sets it to compare where the
-critic's and the policy's updates spend their time. Unset (the normal case), nothing is profiled.
+the device (on the CPU when there is no GPU), with call counts; ``DTPPO_PROFILE_FROM_CALL=n`` profiles only calls
+n, n + 1, ... (counted from 1 per model), so that the steps before stay unprofiled and their timings true.
+bench/device/gpu.sh sets both to compare where the critic's and the policy's updates spend their time. Unset (the
+normal case), nothing is profiled.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 PROFILE_ENV = "DTPPO_PROFILE_DIR"
+PROFILE_FROM_ENV = "DTPPO_PROFILE_FROM_CALL"
 TOP_OPERATORS = 25
 
 
 @contextmanager
 def profiled(model: str, call: int, rank: int) -> Iterator[None]:
-    """Profile the block when ``DTPPO_PROFILE_DIR`` is set; ``model`` ("policy" | "value"), ``call`` and ``rank``
-    name the file."""
+    """Profile the block when ``DTPPO_PROFILE_DIR`` is set and ``call`` is at least ``DTPPO_PROFILE_FROM_CALL``;
+    ``model`` ("policy" | "value"), ``call`` and ``rank`` name the file."""
     directory = os.environ.get(PROFILE_ENV, "").strip()
-    if not directory:
+    if not directory or call < int(os.environ.get(PROFILE_FROM_ENV, "1")):
         yield
         return
     cuda = torch.cuda.is_available()

@@ -51,6 +51,7 @@ class PPOTrainer:
         # Every rank builds both layouts (mesh creation is collective), then only the workers it holds.
         policy_layout = RankLayout(cfg.policy.parallel, cluster.pool("policy"))
         value_layout = RankLayout(cfg.value.parallel, cluster.pool("value"))
+        self.device = policy_layout.device  # this rank's, whichever pool it is in
         self.policy = PolicyRole(
             PolicyWorker(cfg, self.tokenizer, policy_layout) if policy_layout.member else None,
             policy_layout.ranks,
@@ -96,7 +97,7 @@ class PPOTrainer:
         warmup is over).
 
         Without a critic (GRPO) it is the same step without the critic's phases."""
-        cfg, timer = self.cfg, PhaseTimer()
+        cfg, timer = self.cfg, PhaseTimer(self.device)
         step_start = time.perf_counter()
 
         with timer("prompts"):  # drawn (and, with generation ranks, requested) up to ppo.max_lag steps ahead

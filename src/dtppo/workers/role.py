@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 import torch
 
 from dtppo.data.problem import Problem
-from dtppo.distributed.comm import broadcast_object
+from dtppo.distributed.comm import all_gather_object, broadcast_object, rank
 from dtppo.generation.responses import Responses, sample_responses
 from dtppo.types import Experience, SampleRequest
 from dtppo.workers.base import Worker
@@ -114,8 +114,18 @@ class PolicyRole(Role[PolicyWorker]):
         self._local(lambda p: p.close())
 
     def sample_validation(self, problems: list[Problem], step: int) -> Responses:
-        """Validation answers to ``problems`` from the policy's generator, on every rank."""
-        return self._everywhere(lambda p: sample_responses(p.generator, p.tokenizer, problems, p.cfg, step))
+        """Validation answers to ``problems`` from the policy's generators, on every rank: each policy rank samples
+        one contiguous share of the set (its generator decodes alone, with no collective per token), and the
+        shares are gathered in order. An answer's noise is seeded by its problem's index in the whole set, so the
+        answers do not depend on how many ranks shared the work."""
+        share = None
+        if self.worker is not None:
+            index, count = self.ranks.index(rank()), len(self.ranks)
+            start, stop = len(problems) * index // count, len(problems) * (index + 1) // count
+            p = self.worker
+            share = sample_responses(p.generator, p.tokenizer, problems[start:stop], p.cfg, step, first_index=start)
+        shares = [s for s in all_gather_object(share) if s is not None]
+        return Responses([t for s in shares for t in s.texts], [n for s in shares for n in s.lengths])
 
 
 class ValueRole(Role[ValueWorker]):

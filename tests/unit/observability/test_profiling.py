@@ -6,7 +6,7 @@ import json
 import torch
 
 from dtppo.config import OptimizerConfig, SchedulerConfig
-from dtppo.observability.profiling import PROFILE_ENV
+from dtppo.observability.profiling import PROFILE_ENV, PROFILE_FROM_ENV
 from dtppo.ops import masked_sum
 from dtppo.types import Experience
 from dtppo.workers.engine import TrainEngine
@@ -43,3 +43,13 @@ def test_a_profiled_update_writes_its_operators(tmp_path, monkeypatch):
     assert times == sorted(times, reverse=True) and summary["total_self_cpu_ms"] >= sum(times) > 0
     names = {op["name"] for op in summary["top"]}
     assert {"aten::mm", "Optimizer.step#AdamW.step"} & names  # the update's own work was recorded
+
+
+def test_profiling_from_a_call_leaves_the_earlier_calls_unprofiled(tmp_path, monkeypatch):
+    model = torch.nn.Linear(8, 8, bias=False)
+    engine = TrainEngine(model, OptimizerConfig(), SchedulerConfig(), 1.0, name="policy")
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path))
+    monkeypatch.setenv(PROFILE_FROM_ENV, "3")
+    for _ in range(3):
+        _train_once(engine, model)
+    assert [f.name for f in tmp_path.iterdir()] == ["policy_rank0_call3.json"]
