@@ -410,8 +410,8 @@ def features_smoke(cuda: bool) -> dict:
 
 
 def long_responses(cuda: bool) -> dict:
-    """Item 8 above; the CPU fallback runs the tiny shape at 256 tokens. A pass that runs out of device memory is
-    recorded as such (and fails the phase)."""
+    """The long_responses phase (module docstring); the CPU fallback runs the tiny shape at 256 tokens. A pass that
+    runs out of device memory is recorded as such (and fails the phase)."""
     shape = {**SHAPES["0.5b"], "vocab_size": QWEN25_VOCAB} if cuda else None
     rows = []
     for length in (8192, 16384) if cuda else (256,):

@@ -21,6 +21,12 @@ activations' and attention's share. A point over ``--limit-s`` seconds is stoppe
 2 rows of exactly T tokens (``min_new_tokens`` = ``max_new_tokens`` = T) from a 16-token prompt at the same shape:
 tokens/s and peak RSS over the model's.
 
+``--mmap-threshold BYTES`` runs each point with glibc's ``MALLOC_MMAP_THRESHOLD_`` fixed at BYTES: every
+allocation above it is its own mapping, returned to the system when freed. By default glibc raises that threshold
+after each large free, so later tensors of that size come from the heap, which keeps its freed memory: the peak RSS
+then holds freed memory too, more of it the more tensors a pass frees and reallocates
+(docs/performance.md, "Long responses").
+
 Writes bench/results/perf/long_responses.json (``--out``): a row per point with the command that reproduces it.
 """
 
@@ -165,8 +171,10 @@ def generation(length: int) -> dict:
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "peak_mib": peak}
 
 
-def _child(argv: list[str], limit_s: float) -> dict:
+def _child(argv: list[str], limit_s: float, mmap_threshold: int | None = None) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}:{REPO / 'src'}")
+    if mmap_threshold is not None:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     command = [sys.executable, "-m", "bench.perf.long_responses", *argv]
     try:
         proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=limit_s)
@@ -209,6 +217,7 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", default=["padded", "packed"])
     parser.add_argument("--cp", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--limit-s", type=float, default=900.0)
+    parser.add_argument("--mmap-threshold", type=int, default=None, help="glibc's, fixed (bytes); default: glibc's own")
     parser.add_argument("--out", default=str(PERF / "long_responses.json"))
     args = parser.parse_args()
     path = REPO / args.out if not os.path.isabs(args.out) else args.out
@@ -227,13 +236,16 @@ def main() -> None:
             for cp in args.cp:
                 for length in args.lengths:
                     row = {"what": what, "layout": layout, "cp": cp, "T": length}
-                    row |= _child(["point", str(length), layout, str(cp), what], args.limit_s)
+                    row |= _child(["point", str(length), layout, str(cp), what], args.limit_s, args.mmap_threshold)
+                    threshold = "" if args.mmap_threshold is None else f" --mmap-threshold {args.mmap_threshold}"
+                    row["mmap_threshold"] = args.mmap_threshold
                     row["command"] = (
                         f"python -m bench.perf.long_responses --passes {what} --layouts {layout} --cp {cp} "
-                        f"--lengths {length}"
+                        f"--lengths {length}{threshold}"
                     )
                     _table([row])
-                    results["train"] = _merged(results["train"], [row], ("what", "layout", "cp", "T"))
+                    key = ("what", "layout", "cp", "T", "mmap_threshold")
+                    results["train"] = _merged(results["train"], [row], key)
                     _save(path, results)
     _table(results["train"])
 
@@ -245,9 +257,9 @@ def _save(path, results: dict) -> None:
 
 def _merged(old: list[dict], new: list[dict], key: tuple[str, ...]) -> list[dict]:
     """``old`` rows with those ``new`` measures again replaced, in a stable order."""
-    fresh = {tuple(row[k] for k in key): row for row in new}
-    kept = [row for row in old if tuple(row[k] for k in key) not in fresh]
-    return sorted(kept + list(fresh.values()), key=lambda row: tuple(str(row[k]).zfill(8) for k in key))
+    fresh = {tuple(row.get(k) for k in key): row for row in new}
+    kept = [row for row in old if tuple(row.get(k) for k in key) not in fresh]
+    return sorted(kept + list(fresh.values()), key=lambda row: tuple(str(row.get(k)).zfill(8) for k in key))
 
 
 if __name__ == "__main__":
