@@ -82,13 +82,17 @@ class Bridge:
 
     # ----
     def close(self) -> None:
-        """Wait for what is still posted (best effort: a peer that is gone cannot receive it)."""
+        """Wait for what is still posted (best effort: a peer that is gone cannot receive it), then shut the NCCL
+        group down: built directly, not through the default group, nothing else would, and at exit under torchrun
+        its destructor would warn or hang."""
         try:
             for work, _ in self._posted:
                 work.wait()
         except RuntimeError:
             pass
         self._posted.clear()
+        if self.weights_group is not self.group:
+            self.weights_group.shutdown()
 
     def _keep(self, work: dist.Work, tensor: torch.Tensor) -> None:
         """Hold ``tensor`` until ``work`` (an operation still reading it) completes; drop what has completed."""
