@@ -140,7 +140,7 @@ def trainer_steps(
     steps = 1 + args.steps + int(profile)
     overrides = _step_overrides(args, steps, model_dir, shape) + [*backend_overrides, *args.override]
     with tempfile.TemporaryDirectory() as tmp:
-        # Both models train every step (no critic warmup), so the last step's updates are call `steps` of each.
+        # Each model trains once per step (_step_overrides), so the last step's updates are call `steps` of each.
         env = {PROFILE_ENV: f"{tmp}/profile", PROFILE_FROM_ENV: str(steps)} if profile else None
         proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900, extra_env=env)
         profiles = update_profiles(Path(tmp) / "profile", cuda) if profile else {}
@@ -183,7 +183,9 @@ def _step_overrides(args, steps: int, model_dir: Path | None, shape: dict) -> li
     return [
         "ppo.init_from_sft=false",
         f"ppo.max_num_steps={steps}",
-        "ppo.policy_training_start_step=0",
+        "ppo.policy_training_start_step=0",  # with the next two: one update per model per step (the profile's call)
+        "ppo.ppo_epochs=1",
+        "value.updates_per_step=1",
         f"ppo.num_prompts_per_step={args.batch}",
         f"policy.generation.max_new_tokens={args.new_tokens}",
         "ppo.val_at_start=false",
