@@ -2,13 +2,14 @@
 about 1,000 tokens per response (recipes/tiny-long-cpu.yaml), SFT and then PPO with a critic, policy and critic
 context-parallel over 2 ranks (cp=2).
 
-    python -m bench.learning.long_task [--sft-seeds 0 1 2] [--root runs/long_task] [--out FILE.json]
+    python -m bench.learning.long_task [--sft-seeds 0 1 2] [--root runs/long_task] [--out FILE.json] [--keep FILE.json]
 
 Each SFT model is trained once, then PPO seed 0 runs from it; both use the machine's 2 cores (the recipe's 2
 ranks), so runs go one at a time. Per run: validation accuracy at the start (the SFT model's, greedy), best and
 final; the critic's explained variance, mean over the last half of its steps; the mean response length and the
 truncation rate at the start and at the end; seconds per step. Over SFT models: mean and 95 % t-interval, and the
-gain final − start with its interval.
+gain final − start with its interval. ``--keep`` takes the runs of an earlier record for the SFT seeds not run now
+(their run folders may be gone: a run of ~35 minutes per model is not repeated to write a combined record).
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ def figures(records: list[dict]) -> dict:
     }
 
 
+def kept_runs(path: Path, seeds: list[int]) -> tuple[list[dict], dict[int, dict], dict[int, dict]]:
+    """The runs, SFT-model figures and below-floor SFT models of the record at ``path`` for SFT seeds other than
+    ``seeds``."""
+    record = json.loads(path.read_text())
+    runs = [r for r in record["runs"] if r["sft_seed"] not in seeds]
+
+    def others(models: dict) -> dict[int, dict]:
+        return {int(seed): figures for seed, figures in models.items() if int(seed) not in seeds}
+
+    models, below = others(record["sft_models"]), others(record.get("sft_models_below_floor", {}))
+    print(f"kept from {path}: SFT models {sorted(models)}, below the floor {sorted(below)}", flush=True)
+    return runs, models, below
+
+
 def ppo_run(root: Path, sft_seed: int) -> dict:
     log_dir = root / "ppo" / f"sft{sft_seed}"
     argv = ["ppo", RECIPE, *COMMON, *sft_args(root, sft_seed), f"logger.log_dir={log_dir}"]
@@ -72,11 +87,15 @@ def ppo_run(root: Path, sft_seed: int) -> dict:
 
 
 def main() -> None:
-    args = parser(__doc__.splitlines()[0], "long_task", "long_task.json", "unused: runs go one at a time").parse_args()
-    runs = []
+    cli = parser(__doc__.splitlines()[0], "long_task", "long_task.json", "unused: runs go one at a time")
+    cli.add_argument("--keep", type=Path, help="an earlier record whose runs of other SFT seeds are kept")
+    args = cli.parse_args()
+    kept = kept_runs(args.keep, args.sft_seeds) if args.keep else ([], {}, {})
+    runs, below_floor = [], {}
     for seed in args.sft_seeds:
         if train_sft(RECIPE, args.root, seed, sft_args(args.root, seed)) != 0:
             print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")
+            below_floor[seed] = sft_figures(str(args.root / "sft" / f"seed{seed}"))
             continue
         runs.append(ppo_run(args.root, seed))
         done = runs[-1]["result"]
@@ -86,6 +105,10 @@ def main() -> None:
             f"{done['seconds_per_step']:.1f} s/step",
             flush=True,
         )
+    models = {s["sft_seed"]: sft_figures(str(args.root / "sft" / f"seed{s['sft_seed']}")) for s in runs}
+    runs = sorted(kept[0] + runs, key=lambda r: r["sft_seed"])
+    models = dict(sorted({**kept[1], **models}.items()))
+    below_floor = dict(sorted({**kept[2], **below_floor}.items()))
     if not runs:
         print("no SFT model reached the floor: nothing to compare (the protocol's outcome; see the record)")
         return
@@ -93,9 +116,9 @@ def main() -> None:
     print(f"\n{RECIPE}, PPO {STEPS} steps at cp=2, over {len(runs)} SFT models (mean [95 % interval])")
     for metric in METRICS:
         print(f"{metric:<26}{ci_cell(summary[metric], metric == 'gain_final'):>34}")
-    models = {s["sft_seed"]: sft_figures(str(args.root / "sft" / f"seed{s['sft_seed']}")) for s in runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"recipe": RECIPE, "sft_models": models, "summary": summary, "runs": runs}
+    record = {"recipe": RECIPE, "sft_models": models, "sft_models_below_floor": below_floor, "summary": summary}
+    record["runs"] = runs
     args.out.write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
 
