@@ -36,8 +36,12 @@ METRICS = [
 ]
 
 
+def sft_dir(root: Path, seed: int) -> Path:
+    return root / "sft" / f"seed{seed}"
+
+
 def sft_args(root: Path, seed: int) -> list[str]:
-    return [f"sft.seed={seed}", f"sft.output_dir={root / 'sft' / f'seed{seed}'}"]
+    return [f"sft.seed={seed}", f"sft.output_dir={sft_dir(root, seed)}"]
 
 
 def figures(records: list[dict]) -> dict:
@@ -90,12 +94,12 @@ def main() -> None:
     cli = parser(__doc__.splitlines()[0], "long_task", "long_task.json", "unused: runs go one at a time")
     cli.add_argument("--keep", type=Path, help="an earlier record whose runs of other SFT seeds are kept")
     args = cli.parse_args()
-    kept = kept_runs(args.keep, args.sft_seeds) if args.keep else ([], {}, {})
+    kept_runs_, kept_models, kept_below = kept_runs(args.keep, args.sft_seeds) if args.keep else ([], {}, {})
     runs, below_floor = [], {}
     for seed in args.sft_seeds:
         if train_sft(RECIPE, args.root, seed, sft_args(args.root, seed)) != 0:
             print(f"SFT model {seed} ended below its floor (sft.min_accuracy): left out, as the protocol says")
-            below_floor[seed] = sft_figures(str(args.root / "sft" / f"seed{seed}"))
+            below_floor[seed] = sft_figures(str(sft_dir(args.root, seed)))
             continue
         runs.append(ppo_run(args.root, seed))
         done = runs[-1]["result"]
@@ -105,10 +109,10 @@ def main() -> None:
             f"{done['seconds_per_step']:.1f} s/step",
             flush=True,
         )
-    models = {s["sft_seed"]: sft_figures(str(args.root / "sft" / f"seed{s['sft_seed']}")) for s in runs}
-    runs = sorted(kept[0] + runs, key=lambda r: r["sft_seed"])
-    models = dict(sorted({**kept[1], **models}.items()))
-    below_floor = dict(sorted({**kept[2], **below_floor}.items()))
+    models = {r["sft_seed"]: sft_figures(str(sft_dir(args.root, r["sft_seed"]))) for r in runs}
+    runs = sorted(kept_runs_ + runs, key=lambda r: r["sft_seed"])
+    models = dict(sorted({**kept_models, **models}.items()))
+    below_floor = dict(sorted({**kept_below, **below_floor}.items()))
     if not runs:
         print("no SFT model reached the floor: nothing to compare (the protocol's outcome; see the record)")
         return
@@ -117,8 +121,13 @@ def main() -> None:
     for metric in METRICS:
         print(f"{metric:<26}{ci_cell(summary[metric], metric == 'gain_final'):>34}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"recipe": RECIPE, "sft_models": models, "sft_models_below_floor": below_floor, "summary": summary}
-    record["runs"] = runs
+    record = {
+        "recipe": RECIPE,
+        "sft_models": models,
+        "sft_models_below_floor": below_floor,
+        "summary": summary,
+        "runs": runs,
+    }
     args.out.write_text(json.dumps(record, indent=1))
     print(f"wrote {args.out}")
 
