@@ -171,6 +171,14 @@ def generation(length: int) -> dict:
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "peak_mib": peak}
 
 
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def _kernels_prefix() -> str:
+    """The CPU-kernel variables this run was started with, as a command's prefix (empty on the machine's default)."""
+    return "".join(f"{name}={os.environ[name]} " for name in KERNEL_VARIABLES if name in os.environ)
+
+
 def _child(argv: list[str], limit_s: float, mmap_threshold: int | None = None) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}:{REPO / 'src'}")
     if mmap_threshold is not None:
@@ -226,7 +234,7 @@ def main() -> None:
     if args.mode == "generation":
         for length in args.lengths:
             row = {"T": length, **_child(["generate", str(length)], args.limit_s)}
-            row["command"] = f"python -m bench.perf.long_responses generation --lengths {length}"
+            row["command"] = f"{_kernels_prefix()}python -m bench.perf.long_responses generation --lengths {length}"
             print(json.dumps(row), flush=True)
             results["generation"] = _merged(results["generation"], [row], ("T",))
             _save(path, results)  # after every point: an interrupted run keeps what it measured
@@ -240,8 +248,8 @@ def main() -> None:
                     threshold = "" if args.mmap_threshold is None else f" --mmap-threshold {args.mmap_threshold}"
                     row["mmap_threshold"] = args.mmap_threshold
                     row["command"] = (
-                        f"python -m bench.perf.long_responses --passes {what} --layouts {layout} --cp {cp} "
-                        f"--lengths {length}{threshold}"
+                        f"{_kernels_prefix()}python -m bench.perf.long_responses --passes {what} --layouts {layout} "
+                        f"--cp {cp} --lengths {length}{threshold}"
                     )
                     _table([row])
                     key = ("what", "layout", "cp", "T", "mmap_threshold")
