@@ -52,6 +52,7 @@ def _gain(records: list[dict]) -> float:
     return sum(scores[-3:]) / 3 - sum(scores[:3]) / 3
 
 
+@pytest.mark.slow
 def test_ppo_raises_a_learned_reward_models_score_and_a_zero_weight_control_does_not(tmp_path):
     rm = train_tiny_reward_model(tmp_path / "rm")
     (tmp_path / "prompts.jsonl").write_text(
