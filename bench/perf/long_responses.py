@@ -231,10 +231,11 @@ def main() -> None:
     path = REPO / args.out if not os.path.isabs(args.out) else args.out
     results = json.loads(open(path).read()) if os.path.exists(path) else {"train": [], "generation": []}
     results["machine"] = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    kernels = _kernels_prefix()
     if args.mode == "generation":
         for length in args.lengths:
             row = {"T": length, **_child(["generate", str(length)], args.limit_s)}
-            row["command"] = f"{_kernels_prefix()}python -m bench.perf.long_responses generation --lengths {length}"
+            row["command"] = f"{kernels}python -m bench.perf.long_responses generation --lengths {length}"
             print(json.dumps(row), flush=True)
             results["generation"] = _merged(results["generation"], [row], ("T",))
             _save(path, results)  # after every point: an interrupted run keeps what it measured
@@ -248,7 +249,7 @@ def main() -> None:
                     threshold = "" if args.mmap_threshold is None else f" --mmap-threshold {args.mmap_threshold}"
                     row["mmap_threshold"] = args.mmap_threshold
                     row["command"] = (
-                        f"{_kernels_prefix()}python -m bench.perf.long_responses --passes {what} --layouts {layout} "
+                        f"{kernels}python -m bench.perf.long_responses --passes {what} --layouts {layout} "
                         f"--cp {cp} --lengths {length}{threshold}"
                     )
                     _table([row])
