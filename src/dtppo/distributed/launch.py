@@ -15,8 +15,10 @@ generation ranks. The two worlds meet only through ``distributed.bridge``, built
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,13 +88,40 @@ def run_ranks(
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(["torch", "transformers", fn.__module__, *preload])  # once: at its start
         launching = (os.getcwd(), dict(os.environ))
-        mp.start_processes(
+        ranks = mp.start_processes(
             _spawned_rank,
             args=(world_size, port, fn, args, generation_ranks, launching),
             nprocs=world_size,
-            join=True,
+            join=False,
             start_method="forkserver",
         )
+        _join_or_stop(ranks)
+
+
+def _join_or_stop(ranks: mp.ProcessContext) -> None:
+    """Wait for the spawned ranks; if this process is stopped first (SIGTERM, as from a container runtime or
+    `timeout`, or Ctrl-C), stop them too: their parent is the forkserver, so they would otherwise run on."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm) if main_thread else None
+    try:
+        while not ranks.join():
+            pass
+    except BaseException:
+        for process in ranks.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in ranks.processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _spawned_rank(
