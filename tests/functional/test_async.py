@@ -21,10 +21,10 @@ from tests.support.killing import (
     KillPoint,
     RunSpec,
     comparable_metrics,
-    group_members,
     kill_at,
     launch,
     rank_processes,
+    settle,
 )
 from tests.support.recipes import FAST, TINY
 
@@ -117,7 +117,4 @@ def test_a_generation_rank_that_dies_stops_the_run_with_one_line(tmp_path):
     errors = [line for line in log.splitlines() if line.startswith("dtppo: error")]
     assert errors and all(re.search(r"generation rank", line) for line in errors), log[-3000:]
     assert "Traceback" not in log
-    deadline = time.monotonic() + 20
-    while group_members(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert group_members(proc.pid) == []
+    assert settle(proc.pid, 20) == 0

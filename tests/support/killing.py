@@ -165,10 +165,10 @@ def kill_group(proc: subprocess.Popen, timeout: float = 20.0) -> int:
     except ProcessLookupError:
         pass
     proc.wait()
-    return _settle(proc.pid, timeout)
+    return settle(proc.pid, timeout)
 
 
-def _settle(pgid: int, timeout: float = 10.0) -> int:
+def settle(pgid: int, timeout: float = 10.0) -> int:
     """Live members of the group once they have had ``timeout`` s to exit."""
     deadline = time.monotonic() + timeout
     while group_members(pgid) and time.monotonic() < deadline:
@@ -271,7 +271,7 @@ def kill_at(proc: subprocess.Popen, point: KillPoint, ckpt: Path, reference_s: f
             except subprocess.TimeoutExpired:
                 record.launcher_exited_by_itself = False
     # one_rank: what the launcher left behind when it gave up by itself; otherwise what outlived kill -9.
-    survivors = _settle(proc.pid) if record.launcher_exited_by_itself else 0
+    survivors = settle(proc.pid) if record.launcher_exited_by_itself else 0
     record.leftover_processes = max(survivors, kill_group(proc))
     record.killed = True
     record.stage = _stage(ckpt)

@@ -97,17 +97,16 @@ def test_the_export_is_in_the_source_dtype_unless_export_dtype_says_otherwise(tm
         assert 0.45 < sizes["auto", name] / sizes["fp32", name] < 0.55, sizes
     assert (tmp_path / "auto" / "critic" / "value_head.safetensors").is_file()  # Gemma 3: base model + head
     # the float32 export is the trained weights, bit for bit; the bf16 one, those weights rounded to bf16
-    reloaded = ValueModel.from_pretrained(tmp_path / "fp32" / "critic").state_dict()
-    assert reloaded.keys() == critic.state_dict().keys()
-    assert all(torch.equal(reloaded[name], tensor) for name, tensor in critic.state_dict().items())
+    reloaded = {out: ValueModel.from_pretrained(tmp_path / out / "critic") for out in ("fp32", "auto")}
+    weights, trained = reloaded["fp32"].state_dict(), critic.state_dict()
+    assert weights.keys() == trained.keys() and all(torch.equal(weights[k], trained[k]) for k in trained)
     ids = torch.randint(3, 90, (2, 12))
     mask = torch.ones_like(ids)
     with torch.no_grad():
         # values to the parity tolerance only: the reloaded model attends with transformers' sdpa, the trained one
         # with dtppo's kernel, whose sums differ in order (up to 2.5e-6 on values of magnitude 6, AMD EPYC)
         for out, tolerance in (("fp32", 1e-5), ("auto", 0.1)):
-            reloaded = ValueModel.from_pretrained(tmp_path / out / "critic")
-            assert (reloaded.values(ids, mask) - critic.values(ids, mask)).abs().max() <= tolerance, out
+            assert (reloaded[out].values(ids, mask) - critic.values(ids, mask)).abs().max() <= tolerance, out
         exported = AutoModelForCausalLM.from_pretrained(tmp_path / "auto" / "policy")
         for name, tensor in policy.state_dict().items():
             assert torch.equal(exported.state_dict()[name], tensor.to(torch.bfloat16)), name
