@@ -46,6 +46,7 @@ import torch
 import transformers
 
 from bench.common.paths import DEVICE, REPO
+from bench.common.record import command_line, provenance
 from bench.common.shapes import QWEN25_VOCAB, SHAPES, write_model_dir
 from bench.common.workload import train_flops
 from bench.device.decode import decode_speed, hf_generate_speed
@@ -545,9 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         # descheduled thread make them tens of times slower: the smoke test stays on one thread.
         torch.set_num_threads(1)
     torch.manual_seed(0)
+    command = os.environ.get("DTPPO_GPU_COMMAND") or command_line("bench.device.check", argv)
     record = {
+        "provenance": provenance(command),
         "mode": "cuda" if cuda else "cpu-fallback",
-        "command": os.environ.get("DTPPO_GPU_COMMAND", "python -m bench.device.check " + " ".join(sys.argv[1:])),
+        "command": command,
         "deadline_s": args.deadline,
         "phases": {},
     }

@@ -8,13 +8,13 @@ every child process a phase starts gets a timeout that ends inside the deadline 
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+
+from bench.common.record import write_json
 
 SKIPPED_PAST_DEADLINE = {"skipped": "deadline"}
 # What a child needs beyond its timeout to be killed and reaped, and the phase to record it.
@@ -40,14 +40,6 @@ class Deadline:
 
 
 DEADLINE = Deadline()
-
-
-def write_json_atomic(path: Path, record: dict) -> None:
-    """Write then rename: a command killed mid-write leaves the previous complete JSON, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, path)
 
 
 def phase_passed(outcome: dict) -> bool:
@@ -79,6 +71,6 @@ def run_phases(
             outcome["seconds"] = time.monotonic() - start
         record["phases"][name] = outcome
         record["passed"] = all(phase_passed(o) for o in record["phases"].values())
-        write_json_atomic(out, record)
+        write_json(out, record, indent=2)
         on_phase(name, outcome)
     return record

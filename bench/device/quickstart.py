@@ -14,7 +14,6 @@ bench/results/device/quickstart_<mode>.json, from which tests/repo/test_readme.p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import torch
 
 from bench.common.paths import DEVICE, REPO
 from bench.common.readme import with_block
+from bench.common.record import write_record
 from bench.common.shapes import QWEN25_VOCAB, write_model_dir
 from bench.device.phases import DEADLINE
 from dtppo.observability.logger import read_metrics
@@ -134,7 +134,7 @@ def main() -> None:
         "date": date.today().isoformat(),
     }
     kept = DEVICE / f"quickstart_{result['mode']}.json"
-    kept.write_text(json.dumps(result, indent=1) + "\n")
+    result = write_record(kept, result)  # the README shows what the record holds, paths as written there
     if not result["passed"]:
         raise SystemExit(f"the quickstart run failed:\n{result['stderr_tail']}")
     README.write_text(with_block(README.read_text(), BLOCK, render(result)))

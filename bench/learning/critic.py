@@ -47,6 +47,7 @@ import sys
 from pathlib import Path
 
 from bench.common.paths import LEARNING, REPO
+from bench.common.record import write_record
 from bench.common.stats import mean_ci95
 from dtppo import config as config_lib
 from dtppo.launch.preflight import preflight
@@ -424,12 +425,8 @@ def main() -> None:
         image = plot_arms(results, records, image_dir / f"critic_{name}.png")
         print(f"wrote {_shown(str(image))}")
     out = REPO / root / f"critic_{name}.json" if args.out or args.small else LEARNING / f"critic_{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results, "summary": summary},
-            indent=1,
-        )
+    write_record(
+        out, {"table": args.table, "recipe": args.recipe, "seeds": args.seeds, "runs": results, "summary": summary}
     )
     print(f"wrote {_shown(str(out))}")
 

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import torch
 
 from bench.common.paths import LEARNING
+from bench.common.record import command_line, write_record
 from dtppo import config as config_lib
 from dtppo.algorithms.advantages import compute_gae, token_level_rewards
 from dtppo.algorithms.losses import explained_var
@@ -211,16 +210,14 @@ def main() -> None:
             }
         ),
         "token_fraction_per_bucket": {b: float(m.sum() / mask.sum()) for b, m in buckets.items()},
-        "command": " ".join(["python", "bench/learning/ev_ceiling.py", *sys.argv[1:]]),
+        "command": command_line(),
     }
     print(json.dumps(facts, indent=1))
     print(f"\n{'predictor':<32}" + "".join(f"{b:>15}" for b in buckets))
     for name, row in table.items():
         print(f"{name:<32}" + "".join(f"{v:>15.3f}" for v in row.values()))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({**facts, "explained_variance": table}, indent=1))
-    print(f"wrote {out}")
+    write_record(args.out, {**facts, "explained_variance": table}, facts["command"])
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

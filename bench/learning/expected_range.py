@@ -1,7 +1,7 @@
 """The range `make demo` expects for each arm, from the alignment experiment's runs on every kernel set measured.
 
-    python -m bench.learning.expected_range bench/results/learning/critic_alignment_avx512.json \
-        bench/results/learning/critic_alignment_avx2.json --out bench/results/learning/demo_expected.json
+    python -m bench.learning.expected_range bench/results/learning/critic_alignment_sft_models_avx512.json \
+        bench/results/learning/critic_alignment_sft_models_avx2.json --out bench/results/learning/demo_expected.json
 
 Per arm and metric (bench/learning/critic.py's EXPECTED_METRICS): a 95 % prediction interval for one more run, mean
 +- t_{n-1} * sd * sqrt(1 + 1/n) over every run of the given tables (all SFT models, PPO seeds and kernel sets
@@ -19,6 +19,7 @@ import math
 import statistics
 from pathlib import Path
 
+from bench.common.record import command_line, write_record
 from bench.common.stats import T_975
 from bench.learning.critic import EXPECTED_METRICS
 
@@ -71,10 +72,10 @@ def main() -> None:
     out = {
         "source": f"95 % prediction interval for one run, widened to every measured run, from {n} runs in {names}; "
         "docs/learning.md",
-        "command": " ".join(["python", "bench/learning/expected_range.py", *args.tables, "--out", args.out]),
+        "command": command_line(),
         **ranges,
     }
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    write_record(args.out, out, out["command"])
     for arm, metrics in ranges["arms"].items():
         for metric, (low, high) in metrics.items():
             seen = ranges["observed"][arm][metric]

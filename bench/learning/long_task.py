@@ -18,6 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
+from bench.common.record import write_record
 from bench.common.runs import COMMON, REPO, parser, run_dtppo, train_sft
 from bench.common.stats import ci_cell, mean_ci95
 from bench.learning.critic import sft_figures
@@ -120,7 +121,6 @@ def main() -> None:
     print(f"\n{RECIPE}, PPO {STEPS} steps at cp=2, over {len(runs)} SFT models (mean [95 % interval])")
     for metric in METRICS:
         print(f"{metric:<26}{ci_cell(summary[metric], metric == 'gain_final'):>34}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "recipe": RECIPE,
         "sft_models": models,
@@ -128,7 +128,7 @@ def main() -> None:
         "summary": summary,
         "runs": runs,
     }
-    args.out.write_text(json.dumps(record, indent=1))
+    write_record(args.out, record)
     print(f"wrote {args.out}")
 
 

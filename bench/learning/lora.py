@@ -11,10 +11,10 @@ models; paired by SFT model: each LoRA arm minus full fine-tuning.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.common.record import write_record
 from bench.common.runs import COMMON, REPO, parser, print_summary, run_dtppo, usable_sft_models
 from bench.common.stats import mean_ci95, paired_ci95, per_sft_model
 from bench.learning.critic import sft_figures, summarise
@@ -77,8 +77,7 @@ def main() -> None:
     models = {seed: sft_figures(str(args.root / "sft" / f"seed{seed}")) for seed in args.sft_seeds}
     summary = report(runs)
     print_summary(summary["per_arm"], {"against full fine-tuning": summary["versus_full"]}, METRICS, 18)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"sft_models": models, "arms": ARMS, "summary": summary, "runs": runs}, indent=1))
+    write_record(args.out, {"sft_models": models, "arms": ARMS, "summary": summary, "runs": runs})
     print(f"wrote {args.out}")
 
 

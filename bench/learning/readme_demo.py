@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.common.paths import LEARNING, REPO
 from bench.common.readme import with_block
+from bench.common.record import command_line, write_record
 from bench.learning.critic import print_expected, print_table
 
 README = REPO / "README.md"
@@ -64,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     run = json.loads((REPO / args.run).read_text())
     kept = {"date": date.today().isoformat(), "machine": machine(), "runs": run["runs"], "summary": run["summary"]}
-    KEPT.write_text(json.dumps(kept, indent=1) + "\n")
+    kept = write_record(KEPT, kept, "make demo && " + command_line())  # the README renders what was kept
     shutil.copyfile(REPO / Path(args.run).with_suffix(".png"), REPO / "docs" / "img" / "demo.png")
     README.write_text(with_block(README.read_text(), BLOCK, render(kept, json.loads(EXPECTED.read_text()))))
     print(f"wrote {KEPT.relative_to(REPO)} and README.md's demo block")

@@ -14,11 +14,11 @@ wall time (steps and validation). Per arm: mean and 95 % t-interval over SFT mod
 from __future__ import annotations
 
 import argparse
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.common.paths import LEARNING
+from bench.common.record import write_record
 from bench.common.runs import COMMON, REPO, print_summary, run_dtppo, usable_sft_models
 from bench.common.stats import mean_ci95, paired_ci95, per_sft_model
 from bench.learning.critic import sft_figures
@@ -124,8 +124,7 @@ def main() -> None:
         print(f"\n== {RECIPES[task]}")
         paired = {"against the fixed warmup": {"ev - fixed": summary[task]["ev - fixed"]}}
         print_summary(summary[task]["per_arm"], paired, METRICS, 12)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"sft_models": models, "arms": ARMS, "summary": summary, "runs": runs}, indent=1))
+    write_record(args.out, {"sft_models": models, "arms": ARMS, "summary": summary, "runs": runs})
     print(f"wrote {args.out}")
 
 

@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from bench.common.paths import PERF
+from bench.common.record import command_line, write_record
 
 
 def step_times(g1: float, t1: float, n: int, m: int, a: float, b: float) -> dict[str, float]:
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=PERF / "async_model.json")
     args = parser.parse_args()
     measured = json.loads(args.results.read_text())["summary"]
+    command = command_line()
     rows = []
     header = f"{'workload':9s} {'G1:T1':>6s} {'a':>4s} {'N':>2s} {'M':>2s}"
     print(f"{header} {'async/split-sync':>17s} {'async/colocated':>16s}")
@@ -66,7 +68,7 @@ def main() -> None:
                         "training_devices": m,
                         "async_vs_split_sync": times["split_sync"] / times["async"],
                         "async_vs_colocated": times["colocated"] / times["async"],
-                        "command": "python -m bench.perf.async_model",
+                        "command": command,
                     }
                 )
                 r = rows[-1]
@@ -74,7 +76,7 @@ def main() -> None:
                     f"{r['workload']:9s} {g1 / t1:6.2f} {a:4.1f} {n:2d} {m:2d} {r['async_vs_split_sync']:17.2f} "
                     f"{r['async_vs_colocated']:16.2f}"
                 )
-    args.out.write_text(json.dumps({"model": __doc__, "rows": rows}, indent=1))
+    write_record(args.out, {"model": __doc__, "rows": rows}, command)
     print(f"wrote {args.out}")
 
 

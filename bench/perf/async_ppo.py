@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import write_record
 
 RECIPE = REPO / "recipes" / "tiny-math-cpu.yaml"
 
@@ -168,13 +169,9 @@ def main() -> None:
             f"{s['workload']:9s} {s['arm']:11s} {s['steps_per_s']:8.3f} {s['vs_split_sync']:7.2f} "
             f"{s['vs_colocated']:7.2f} {'' if busy is None else f'{busy:9.2f}':>9s}  {s['command']}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"cpus": os.cpu_count(), "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "default")}
-    args.out.write_text(
-        json.dumps(
-            {"machine": machine, "steps": args.steps, "warmup": args.warmup, "summary": summary, "runs": rows},
-            indent=1,
-        )
+    write_record(
+        args.out, {"machine": machine, "steps": args.steps, "warmup": args.warmup, "summary": summary, "runs": rows}
     )
     print(f"wrote {args.out}")
 

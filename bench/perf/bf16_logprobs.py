@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import torch
 
 from bench.common.paths import PERF
+from bench.common.record import command_line, commit, write_record
 from dtppo.config import TinyModelConfig
 from dtppo.generation.generator import TorchGenerator
 from dtppo.models.causal_lm import build_causal_lm
@@ -98,15 +98,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=PERF / "bf16_logprobs.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # Rows of earlier runs stay beside this one: each names the commit it ran at, not only the record's.
     row = measure(args.rows, args.new_tokens) | {
         "code": args.label,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "command": "python -m bench.perf.bf16_logprobs " + " ".join(sys.argv[1:]),
+        "command": command_line(),
+        "commit": commit(),
     }
     runs = json.loads(args.out.read_text())["runs"] if args.out.exists() else []
     runs = [r for r in runs if (r["code"], r["cpu_capability"]) != (row["code"], row["cpu_capability"])] + [row]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"runs": runs}, indent=1))
+    write_record(args.out, {"runs": runs}, row["command"])
     print(f"{'code':<40}{'kernels':<9}{'pair':<34}{'mean |Δ|':>10}{'max |Δ|':>10}{'exp(mean)':>11}")
     for run in runs:
         for pair in ("generator_bf16_vs_trainer_bf16", "generator_bf16_vs_fp32", "trainer_bf16_vs_fp32"):

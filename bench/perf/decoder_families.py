@@ -21,15 +21,14 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch starts its OpenMP pool
 
 import argparse
-import json
 import statistics
-import sys
 import time
 
 import torch
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 from bench.common.paths import PERF
+from bench.common.record import command_line, write_record
 from dtppo.generation.generator import TorchGenerator
 from dtppo.types import SampleRequest, SamplingParams
 
@@ -115,7 +114,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--families", default=",".join(FAMILIES))
     args = parser.parse_args()
-    command = "python -m bench.perf.decoder_families " + " ".join(sys.argv[1:])
+    command = command_line()
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(16, 49, (BATCH,), generator=generator).tolist()
     prompts = [torch.randint(2, SHAPE["vocab_size"], (n,), generator=generator).tolist() for n in lengths]
@@ -146,8 +145,7 @@ def main() -> None:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     out = PERF / "decoder_families.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(out, {"meta": meta, "rows": rows}, command, indent=2)
     print(f"wrote {out}")
 
 

@@ -8,15 +8,14 @@ writes bench/results/perf/distributed.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 
 import torch
 
 from bench.common.paths import PERF
+from bench.common.record import command_line, write_record
 from dtppo.distributed.comm import all_reduce, rank
 from dtppo.distributed.launch import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
@@ -88,7 +87,7 @@ def main() -> None:
         ("critic tp=2 + SP", 2, ["value.parallel.tp=2", "value.parallel.sequence_parallel=true"]),
     ]
     rows = []
-    command = "python -m bench.perf.distributed " + " ".join(sys.argv[1:])
+    command = command_line()
     for name, world, extra in layouts:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "r.pt")
@@ -119,9 +118,7 @@ def main() -> None:
             f"{r['layout']:<22}{r['critic_update_s']:>10.3f}{r['policy_update_s']:>10.3f}"
             f"{r['critic_param_optim_MiB_per_rank']:>17.2f}{r['policy_param_optim_MiB_per_rank']:>17.2f}"
         )
-    out_dir = PERF
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / "distributed.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    write_record(PERF / "distributed.json", {"args": vars(args), "rows": rows}, command, indent=2)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ after each large free, so later tensors of that size come from the heap, which k
 then holds freed memory too, more of it the more tensors a pass frees and reallocates
 (docs/performance.md, "Long responses").
 
-Writes bench/results/perf/long_responses.json (``--out``): a row per point with the command that reproduces it.
+Writes bench/results/perf/long_responses.json (``--out``): a row per point with the command that reproduces it and
+the commit it ran at (rows of earlier runs stay beside a new run's).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from functools import partial
 import torch
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import command_line, commit, kernels_prefix, write_record
 
 LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768]
 SHAPE = dict(
@@ -171,14 +173,6 @@ def generation(length: int) -> dict:
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "peak_mib": peak}
 
 
-KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def _kernels_prefix() -> str:
-    """The CPU-kernel variables this run was started with, as a command's prefix (empty on the machine's default)."""
-    return "".join(f"{name}={os.environ[name]} " for name in KERNEL_VARIABLES if name in os.environ)
-
-
 def _child(argv: list[str], limit_s: float, mmap_threshold: int | None = None) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{REPO}:{REPO / 'src'}")
     if mmap_threshold is not None:
@@ -231,14 +225,16 @@ def main() -> None:
     path = REPO / args.out if not os.path.isabs(args.out) else args.out
     results = json.loads(open(path).read()) if os.path.exists(path) else {"train": [], "generation": []}
     results["machine"] = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    kernels = _kernels_prefix()
+    # Points of earlier runs stay beside this run's: each row names the commit it ran at, not only the record's.
+    kernels, head, command = kernels_prefix(), commit(), command_line()
     if args.mode == "generation":
         for length in args.lengths:
             row = {"T": length, **_child(["generate", str(length)], args.limit_s)}
             row["command"] = f"{kernels}python -m bench.perf.long_responses generation --lengths {length}"
+            row["commit"] = head
             print(json.dumps(row), flush=True)
             results["generation"] = _merged(results["generation"], [row], ("T",))
-            _save(path, results)  # after every point: an interrupted run keeps what it measured
+            write_record(path, results, command)  # after every point: an interrupted run keeps what it measured
         return
     for what in args.passes:
         for layout in args.layouts:
@@ -247,7 +243,7 @@ def main() -> None:
                     row = {"what": what, "layout": layout, "cp": cp, "T": length}
                     row |= _child(["point", str(length), layout, str(cp), what], args.limit_s, args.mmap_threshold)
                     threshold = "" if args.mmap_threshold is None else f" --mmap-threshold {args.mmap_threshold}"
-                    row["mmap_threshold"] = args.mmap_threshold
+                    row["mmap_threshold"], row["commit"] = args.mmap_threshold, head
                     row["command"] = (
                         f"{kernels}python -m bench.perf.long_responses --passes {what} --layouts {layout} "
                         f"--cp {cp} --lengths {length}{threshold}"
@@ -255,13 +251,8 @@ def main() -> None:
                     _table([row])
                     key = ("what", "layout", "cp", "T", "mmap_threshold")
                     results["train"] = _merged(results["train"], [row], key)
-                    _save(path, results)
+                    write_record(path, results, command)
     _table(results["train"])
-
-
-def _save(path, results: dict) -> None:
-    with open(path, "w") as out:
-        json.dump(results, out, indent=1)
 
 
 def _merged(old: list[dict], new: list[dict], key: tuple[str, ...]) -> list[dict]:

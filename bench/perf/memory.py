@@ -49,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import kernels_prefix, write_record
 from bench.common.shapes import QWEN_05B
 
 DTPPO = [sys.executable, "-m", "dtppo"]
@@ -202,7 +203,7 @@ def vocab_child(variant: str, phase: str, layers: int, ranks: int) -> float:
 
 
 def main_vocab(layers: int) -> None:
-    command = f"python -m bench.perf.memory vocab --layers {layers}"
+    command = kernels_prefix() + f"python -m bench.perf.memory vocab --layers {layers}"
     rows = []
     for ranks in (1, 2):
         for phase in ("recompute", "train"):
@@ -232,15 +233,13 @@ def main_vocab(layers: int) -> None:
             f"{r['full_added_MiB']:>8.0f}{r['chunked_added_MiB']:>9.0f}{r['critic_added_MiB']:>8.0f}"
             f"{r['full_vocab_extra_MiB']:>13.0f}{r['chunked_vocab_extra_MiB']:>9.0f}{ratio:>7}"
         )
-    out = PERF
-    out.mkdir(exist_ok=True)
     meta = {
         "measured_at": time.strftime("%Y-%m-%d %H:%M"),
         "shape": QWEN_05B | {"num_hidden_layers": layers},
         "batch": "4 rows x 512 tokens (256 prompt + 256 response), fp32, CPU",
         "chunk_size": CHUNK,
     }
-    (out / "memory_vocab.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(PERF / "memory_vocab.json", {"meta": meta, "rows": rows}, command, indent=2)
 
 
 FEATURES = ("off", "activation_checkpointing", "cpu_offload")
@@ -393,7 +392,7 @@ def features_rows(
 
 
 def main_features(layers: int, out: Path) -> None:
-    command = f"python -m bench.perf.memory features --layers {layers}"
+    command = kernels_prefix() + f"python -m bench.perf.memory features --layers {layers}"
     rows = features_rows(layers, (1, 2), command)
     print(
         f"\n{'dp':>3} {'role':<7}{'feature':<26}{'resident':>9}{'held':>7}{'fwd+bwd':>9}{'optim':>7}"
@@ -413,8 +412,7 @@ def main_features(layers: int, out: Path) -> None:
         "precision": "fp32, CPU" if not _cuda() else "bf16 params, fp32 reduce (FSDP2), CUDA",
         "chunk_size": CHUNK,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(out, {"meta": meta, "rows": rows}, command, indent=2)
 
 
 LORA_MODES = {"full": 0, "lora-r16": 16, "lora-r64": 64}
@@ -501,7 +499,8 @@ def lora_rows(
 
 
 def main_lora(layers: int) -> None:
-    rows = lora_rows(layers, (1, 2), f"python -m bench.perf.memory lora --layers {layers}")
+    command = kernels_prefix() + f"python -m bench.perf.memory lora --layers {layers}"
+    rows = lora_rows(layers, (1, 2), command)
     print(
         f"\n{'dp':>3} {'mode':<10}{'policy':>9}{'reference':>10}{'critic':>9}{'optimizer':>10}{'trainable':>13}"
         f"{'resident':>10}{'peak':>9}   (per rank, MiB; trainable: parameters on this rank)"
@@ -519,7 +518,7 @@ def main_lora(layers: int) -> None:
         "precision": "fp32, CPU" if not _cuda() else "bf16 params, fp32 reduce (FSDP2), CUDA",
     }
     out = PERF / "memory_lora.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(out, {"meta": meta, "rows": rows}, command, indent=2)
     print(f"wrote {out}")
 
 
@@ -566,17 +565,14 @@ def main_ppo() -> None:
                     "peak_rss_MiB": rss,
                     "wall_s": wall,
                     "run": shown,
-                    "command": "python -m bench.perf.memory",
+                    "command": kernels_prefix() + "python -m bench.perf.memory",
                 }
             )
     print(f"{'case':<48}{'peak RSS MiB':>14}{'wall s':>9}")
     for r in rows:
         print(f"{r['case']:<48}{r['peak_rss_MiB']:>14.0f}{r['wall_s']:>9.1f}")
-    out = PERF
-    out.mkdir(exist_ok=True)
-    (out / "memory.json").write_text(
-        json.dumps({"measured_at": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=2)
-    )
+    payload = {"measured_at": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}
+    write_record(PERF / "memory.json", payload, rows[0]["command"], indent=2)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,8 @@ Prints a table and writes bench/results/perf/parity.json.   python -m bench.perf
 
 from __future__ import annotations
 
-import json
-
 from bench.common.paths import PERF
+from bench.common.record import command_line, write_record
 from tests.support.harness import run, worker_round
 
 MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
@@ -47,7 +46,7 @@ def main() -> None:
                 if policy_checked
                 else None,
                 "policy_weights": _diff(ref["policy_weights"], got["policy_weights"]) if policy_checked else None,
-                "command": "python -m bench.perf.parity",
+                "command": command_line(),
             }
         )
     cols = [
@@ -63,9 +62,7 @@ def main() -> None:
     print(f"{'case':<28}" + "".join(f"{c:>17}" for c in cols))
     for r in rows:
         print(f"{r['case']:<28}" + "".join(f"{'-' if r[c] is None else format(r[c], '.2e'):>17}" for c in cols))
-    out = PERF
-    out.mkdir(exist_ok=True)
-    (out / "parity.json").write_text(json.dumps(rows, indent=2))
+    write_record(PERF / "parity.json", {"rows": rows}, indent=2)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,8 @@ table shows medians. torch.compile's one-off compile time is reported separately
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import time
 
 import torch
@@ -24,6 +22,7 @@ import transformers
 from transformers import GenerationConfig
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import command_line, write_record
 from dtppo import config as config_lib
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.generation.decoder import StaticKVDecoder
@@ -111,7 +110,7 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    command = "python -m bench.perf.rollout " + " ".join(sys.argv[1:])
+    command = command_line()
     cfg = config_lib.load(RECIPE, ["ppo.init_from_sft=false"])
     tok = build_char_tokenizer()
     model = build_causal_lm(
@@ -138,8 +137,6 @@ def main() -> None:
     prefill = prefill_seconds(model, prompts, tok.pad_token_id, args.rounds)
     rows = _rows(args, command, times, cpu_times, first_call, prefill)
     _print(rows, prefill)
-    out_dir = PERF
-    out_dir.mkdir(exist_ok=True)
     meta = {
         "args": vars(args),
         "load_average_before": load_before,
@@ -151,7 +148,7 @@ def main() -> None:
         "max_prompt_tokens": max(len(p) for p in prompts),
         "prefill_s_median": prefill,
     }
-    (out_dir / "rollout.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(PERF / "rollout.json", {"meta": meta, "rows": rows}, command, indent=2)
 
 
 def _rows(args, command: str, times: dict, cpu_times: dict, first_call: dict, prefill: dict) -> list[dict]:

@@ -14,17 +14,15 @@ is largest).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from bench.common.paths import PERF
+from bench.common.record import command_line, write_record
 from bench.common.shapes import QWEN_05B
 from dtppo.generation.decoder import StaticKVDecoder
 from dtppo.generation.sampler import counter_uniform, pick_tokens
@@ -51,7 +49,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(PERF / "sampling.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    command = "python -m bench.perf.sampling " + " ".join(sys.argv[1:])
+    command = command_line()
     load_before = os.getloadavg()
     rows_out = []
     for layers in args.layers:
@@ -67,9 +65,7 @@ def main() -> None:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "shared_machine": True,
     }
-    out = Path(args.out)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows_out}, indent=2))
+    write_record(args.out, {"meta": meta, "rows": rows_out}, command, indent=2)
 
 
 def step_times(layers: int, num_rows: int, steps: int) -> dict[str, list[float]]:

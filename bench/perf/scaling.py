@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 from bench.common.paths import PERF
+from bench.common.record import kernels_prefix, write_record
 from bench.common.workload import MODEL_20M, make_config, matmul_peak_gflops, rollout_batch, train_flops
 from dtppo.distributed.comm import all_gather_rows, all_reduce, barrier, rank, world_size
 from dtppo.distributed.launch import run_ranks
@@ -194,7 +195,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--no-packing", dest="packing", action="store_false")
     args = parser.parse_args()
-    command = (
+    command = kernels_prefix() + (
         f"python -m bench.perf.scaling --rounds {args.rounds} --steps {args.steps} --batch {args.batch} "
         f"--micro {args.micro} --seq {args.seq}" + ("" if args.packing else " --no-packing")
     )
@@ -227,8 +228,6 @@ def main() -> None:
         f"gloo, {rows[1]['model_numel'] * 4 / 2**20:.0f} MiB fp32 (one model), s: "
         + ", ".join(f"{k} {v:.3f}" for k, v in costs.items())
     )
-    out_dir = PERF
-    out_dir.mkdir(exist_ok=True)
     meta = {
         "args": vars(args),
         "model": MODEL_20M,
@@ -236,7 +235,7 @@ def main() -> None:
         "load_average_before_after": [load_before, os.getloadavg()],
         "cpu_count": os.cpu_count(),
     }
-    (out_dir / "scaling.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    write_record(PERF / "scaling.json", {**meta, "rows": rows}, command, indent=2)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import kernels_prefix, write_record
 from bench.common.workload import (
     MODELS,
     Clock,
@@ -190,17 +191,17 @@ def main() -> None:
         for name, share in shares.items():
             print(f"{name:<58}{100 * share:>6.1f} %")
         out = PERF / f"train_flops_profile_{args.threads}t.json"
-        command = (
+        command = kernels_prefix() + (
             f"python -m bench.perf.train_flops --profile --model {args.model} --batch {args.batch} "
             f"--micro {args.micro} --seq {args.seq} --threads {args.threads}"
         )
-        out.write_text(json.dumps({"cpu_time_shares": shares, "command": command}, indent=2))
+        write_record(out, {"cpu_time_shares": shares, "command": command}, command, indent=2)
         return
     if args.child:
         result = measure_times(args) if args.child == "times" else measure_memory(args, args.child)
         Path(args.result).write_text(json.dumps(result))
         return
-    command = (
+    command = kernels_prefix() + (
         f"python -m bench.perf.train_flops --model {args.model} --steps {args.steps} --batch {args.batch} "
         f"--micro {args.micro} --seq {args.seq} --threads {args.threads}"
     )
@@ -210,8 +211,6 @@ def main() -> None:
         memory = {v: run_child(v, os.path.join(tmp, f"{v}.json")) for v in VARIANTS}
     rows = rows_from(result, memory, command)
     print_table(rows)
-    out_dir = PERF
-    out_dir.mkdir(exist_ok=True)
     meta = {
         "args": {k: v for k, v in vars(args).items() if k not in ("child", "result")},
         "model": MODELS[args.model],
@@ -220,7 +219,7 @@ def main() -> None:
     }
     # One file per thread count: a 1-thread run (steadier on a shared machine) does not replace the full one.
     name = "train_flops" if args.model == "20m" else f"train_flops_{args.model}"
-    (out_dir / f"{name}_{args.threads}t.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    write_record(PERF / f"{name}_{args.threads}t.json", {**meta, "rows": rows}, command, indent=2)
 
 
 def print_table(rows: list[dict]) -> None:

@@ -18,9 +18,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch starts its OpenMP pool
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ from pathlib import Path
 import torch
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import command_line, write_record
 from dtppo import config as config_lib
 from dtppo.config import LoraConfig
 from dtppo.generation.vllm_engine import VLLMEngine  # sets vLLM's in-process environment
@@ -164,17 +163,16 @@ def main() -> None:
     parser.add_argument("--models", default="tiny,20m")
     parser.add_argument("--out", type=Path, default=PERF / "vllm_lora.json")
     args = parser.parse_args()
-    command = "python -m bench.perf.vllm_lora " + " ".join(sys.argv[1:])
-    rows = [row for name in args.models.split(",") for row in measure_model(name, args, command.strip())]
+    command = command_line()
+    rows = [row for name in args.models.split(",") for row in measure_model(name, args, command)]
     print(f"\n{'model':<6}{'way':<40}{'hand-over s':>12}{'rollout s':>11}{'tok/s':>9}{'max |Δ logp|':>14}")
     for r in rows:
         print(
             f"{r['model']:<6}{r['way']:<40}{r['hand_over_s_median']:>12.4f}{r['rollout_s_median']:>11.3f}"
             f"{r['tokens_per_s']:>9.0f}{r['max_abs_logprob_gap']:>14.2e}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average_1min": os.getloadavg()[0]}
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(args.out, {"meta": meta, "rows": rows}, command, indent=2)
     print(f"wrote {args.out}")
 
 

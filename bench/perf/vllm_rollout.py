@@ -19,15 +19,14 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch starts its OpenMP pool
 
 import argparse
-import json
 import statistics
-import sys
 import time
 
 import torch
 from transformers import GenerationConfig
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import command_line, write_record
 from bench.common.workload import MODELS
 from dtppo import config as config_lib
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
@@ -160,7 +159,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--models", default="tiny,20m")
     args = parser.parse_args()
-    command = "python -m bench.perf.vllm_rollout " + " ".join(sys.argv[1:])
+    command = command_line()
     t0 = time.perf_counter()
     import vllm  # noqa: F401
 
@@ -193,7 +192,7 @@ def main() -> None:
         "mean_prompt_tokens": statistics.mean(len(p) for p in prompts),
     }
     out = PERF / "vllm_rollout.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(out, {"meta": meta, "rows": rows}, command, indent=2)
     print(f"wrote {out}")
 
 

@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch
 import transformers
 
 from bench.common.paths import PERF, REPO
+from bench.common.record import command_line, write_record
 from bench.common.workload import matmul_peak_gflops, train_flops
 from dtppo import config as config_lib
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
@@ -204,7 +204,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    command = "python -m bench.perf.vs_trl " + " ".join(sys.argv[1:])
+    command = command_line()
     base = dtppo_overrides(args.batch, args.response_length)
     configs = {name: config_lib.load(RECIPE, base + extra) for name, extra in DTPPO_VARIANTS.items()}
     cfg = configs[next(iter(configs))]
@@ -229,8 +229,6 @@ def main() -> None:
     flops = useful_step_flops(cfg, prompts, args.batch, response_tokens)
     rows = _rows(runs, trl["trl"], command, flops, peak)
     _print(rows, flops, peak)
-    out = PERF
-    out.mkdir(exist_ok=True)
     meta = {
         "args": vars(args),
         "threads": args.threads,
@@ -245,7 +243,7 @@ def main() -> None:
         "flop_floor_cpu_s": flops / peak,
         "work_differences": WORK_DIFFERENCES,
     }
-    (out / "vs_trl.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    write_record(PERF / "vs_trl.json", {"meta": meta, "rows": rows}, command, indent=2)
 
 
 def _collect(run: dict, result: dict, extra: list) -> None:

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common.record import write_record
 from tests.support.killing import KillPoint, RunSpec, TrialResult, reference_run, run_trial
 from tests.support.recipes import REPO
 
@@ -133,20 +134,15 @@ def main() -> None:
             flush=True,
         )
     summary = summarise(results, [layout for layout, _ in trials], time.monotonic() - start)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "seed": args.seed,
-                "steps": {layout: LAYOUTS[layout].steps for layout in used},
-                "layouts": {layout: list(spec.args("NAME")) for layout, spec in LAYOUTS.items() if layout in used},
-                "summary": summary,
-                "references_s": reference_s,
-                "trials": [r.to_dict() | {"layout": layout} for r, (layout, _) in zip(results, trials)],
-            },
-            indent=1,
-        )
-    )
+    record = {
+        "seed": args.seed,
+        "steps": {layout: LAYOUTS[layout].steps for layout in used},
+        "layouts": {layout: list(spec.args("NAME")) for layout, spec in LAYOUTS.items() if layout in used},
+        "summary": summary,
+        "references_s": reference_s,
+        "trials": [r.to_dict() | {"layout": layout} for r, (layout, _) in zip(results, trials)],
+    }
+    write_record(args.out, record)
     print(json.dumps(summary, indent=1))
     print(f"wrote {args.out}")
     if not args.keep:
