@@ -279,7 +279,8 @@ def _table(title: str, values: dict) -> str:
 
 
 def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict]) -> str:
-    """The demo's summary: accuracy before and after PPO and the critic's fit over the run."""
+    """The demo's summary: accuracy before (when step 0 was validated) and after PPO and the critic's fit over
+    the run."""
     from dtppo.observability.logger import explained_var_defined, explained_var_mean, read_metrics
 
     records = read_metrics(cfg.logger.log_dir)
@@ -290,15 +291,13 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
         for r in records
         if "train/critic/explained_var" in r
     ]
-    rows = dict(sft_results)
+    rows = dict(sft_results) | _start_and_end("validation accuracy", val)
     if val:
-        rows["validation accuracy at start (step 0)"] = val[0][1]
-        rows[f"validation accuracy at end (step {val[-1][0]})"] = val[-1][1]
-        rows["PPO gain (points)"] = 100 * (val[-1][1] - val[0][1])
+        if val[0][0] == 0 and val[-1][0] > 0:
+            rows["PPO gain (points)"] = 100 * (val[-1][1] - val[0][1])
         rows["best validation accuracy"] = max(a for _, a in val)
-    if val_reward and cfg.reward.accuracy_from is None:  # a task without a verifier: its reward is the figure
-        rows["validation reward at start (step 0)"] = val_reward[0][1]
-        rows[f"validation reward at end (step {val_reward[-1][0]})"] = val_reward[-1][1]
+    if cfg.reward.accuracy_from is None:  # a task without a verifier: its reward is the figure
+        rows |= _start_and_end("validation reward", val_reward)
     if ev:
         late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2)
         rows["critic explained variance, first step"] = ev[0][1]
@@ -308,6 +307,15 @@ def _results_table(cfg: config_lib.Config, sft_results: dict, history: list[dict
     if history:
         rows["mean PPO step time (s)"] = sum(h["timing/step"] for h in history) / len(history)
     return _table("dtppo results", rows)
+
+
+def _start_and_end(name: str, measured: list[tuple[int, float]]) -> dict[str, float]:
+    """The first and last of ``measured`` (step, value), each labelled by its step: "at start" only for a value
+    measured at step 0 (none with ``ppo.val_at_start=false``), "at end" only after it."""
+    rows = {f"{name} at start (step 0)": measured[0][1]} if measured and measured[0][0] == 0 else {}
+    if measured and measured[-1][0] > 0:
+        rows[f"{name} at end (step {measured[-1][0]})"] = measured[-1][1]
+    return rows
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@ path, no traceback; with DTPPO_DEBUG=1 the traceback comes first and the same li
 
 The cases cover a bad recipe, bad data found in the parent process (SFT) and in a rank (PPO), a missing or
 empty checkpoint directory, a missing SFT model, model directories that are not models, and a missing log
-directory."""
+directory; and model directories a user's first runs brought: weights in a pickle, no tokenizer."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_cli_in_process
+from tests.support.hf_fixtures import QWEN_TEMPLATE, with_pickled_weights, without_tokenizer
 from tests.support.recipes import TINY
 
 GOOD_ROW = json.dumps({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2 + 3 = 5\n#### 5"})
@@ -69,7 +70,7 @@ CASES = [
     (
         "unreadable model directory",
         ["sft", TINY, "policy.model.path=broken-model", "sft.output_dir=sft"],
-        "broken-model: cannot load a model or tokenizer from it",
+        "policy.model.path: cannot read broken-model/config.json: OSError:",
         False,
     ),
     ("plot of a missing log directory", ["plot", "nolog"], "nolog: no metrics.jsonl", False),
@@ -133,6 +134,38 @@ def test_dtppo_debug_adds_the_traceback(workdir, case, args, fragment, monkeypat
 
 def test_the_sweep_is_broad():
     assert len(CASES) >= 10 and {a[0] for _, a, _, _ in CASES} == {"sft", "ppo", "eval", "export", "plot"}
+
+
+def test_a_model_with_pickled_weights_is_refused_before_anything_is_unpickled(qwen_dir, tmp_path, monkeypatch, capsys):
+    # Before: transformers unpickled pytorch_model.bin, and torch's refusal of the payload came in terminal colour
+    # codes, naming no key and suggesting to load the file anyway
+    marker = tmp_path / "payload-ran"
+    with_pickled_weights(qwen_dir, tmp_path / "model", marker)
+    code, out, err = run_cli_in_process(
+        ["ppo", TINY, "ppo.init_from_sft=false", "policy.model.path=model"], tmp_path, monkeypatch, capsys
+    )
+    assert code == 2 and "Traceback" not in out + err, err
+    assert err.splitlines() == [
+        "dtppo: config error: policy.model.path: model: no *.safetensors weights (found: pytorch_model.bin); the "
+        "policy is loaded from safetensors only, never unpickled: convert it where you trust the file "
+        "(from_pretrained, then save_pretrained writes safetensors)"
+    ]
+    assert not marker.exists()  # and it would be, were the file unpickled: tests/unit/launch/test_model_checks.py
+
+
+def test_a_model_without_a_tokenizer_is_named_even_with_a_chat_template_added(qwen_dir, tmp_path, monkeypatch, capsys):
+    # Before: "no chat template"; with the template added as that line said, every prompt encoded to no tokens and
+    # the first rollout ended in a 75-line traceback
+    without_tokenizer(qwen_dir, tmp_path / "model", QWEN_TEMPLATE)
+    code, out, err = run_cli_in_process(
+        ["ppo", TINY, "ppo.init_from_sft=false", "policy.model.path=model"], tmp_path, monkeypatch, capsys
+    )
+    assert code == 2 and "Traceback" not in out + err, err
+    assert err.splitlines() == [
+        "dtppo: config error: policy.model.path: model holds no tokenizer (none of tokenizer.json, tokenizer.model, "
+        "vocab.json + merges.txt, vocab.txt; tokenizer_config.json alone has no vocabulary), so every prompt would "
+        "encode to no tokens: copy the tokenizer files of the model it was trained from into it"
+    ]
 
 
 def test_ppo_refuses_an_sft_model_below_its_recipes_floor_in_one_line(workdir, monkeypatch, capsys):

@@ -7,6 +7,8 @@
 - ``llama_format_dir``: Llama 2's layout. A Metaspace (▁) BPE tokenizer with ``<s>``/``</s>``/``<unk>`` and no pad
   token, an ``[INST]`` chat template with a ``<<SYS>>`` block, untied embeddings, one stop token.
 - ``gpt2_format_dir``: a GPT-2 model (``transformer.h`` blocks, Conv1D projections) with a byte-level tokenizer.
+- ``with_chat_template``, ``without_tokenizer``, ``with_pickled_weights``: a copy of one of them with another chat
+  template, with no tokenizer files, or with its weights in a pickle that runs code when it is unpickled.
 
 The Qwen-format model is nudged so that ``<|endoftext|>`` (a stop token listed only in generation_config) is
 likely: every token embedding carries a constant in one hidden dimension, and ``<|endoftext|>``'s carries more,
@@ -193,12 +195,44 @@ def gpt2_format_dir(directory: Path, vocab_size: int = 600, seed: int = 0) -> Pa
     return _save(directory, GPT2LMHeadModel(config), tokenizer, GenerationConfig(bos_token_id=eos, eos_token_id=eos))
 
 
-def with_chat_template(source: Path, directory: Path, template: str | None) -> Path:
-    """A copy of model directory ``source`` whose tokenizer has ``template`` (None: no chat template at all)."""
+class CodeOnUnpickling:
+    """Unpickling this calls ``open(marker, "w")``: it creates ``marker``, the evidence that code ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _copy(source: Path, directory: Path, keep) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for file in source.iterdir():
-        if file.is_file() and file.name != "chat_template.jinja":
+        if file.is_file() and keep(file.name):
             (directory / file.name).write_bytes(file.read_bytes())
+    return directory
+
+
+def with_pickled_weights(source: Path, directory: Path, marker: Path) -> Path:
+    """A copy of model directory ``source`` whose weights are a ``pytorch_model.bin`` (no safetensors), as older hub
+    models ship them, holding an object whose unpickling creates ``marker``."""
+    _copy(source, directory, lambda name: not name.endswith(".safetensors"))
+    torch.save({"lm_head.weight": CodeOnUnpickling(marker)}, directory / "pytorch_model.bin")
+    return directory
+
+
+def without_tokenizer(source: Path, directory: Path, template: str | None = None) -> Path:
+    """A copy of model directory ``source`` with its config and weights only, as ``model.save_pretrained`` alone
+    leaves a fine-tuned model; ``template``: then a tokenizer_config.json holding only that chat template."""
+    _copy(source, directory, lambda name: name in {"config.json", "generation_config.json", "model.safetensors"})
+    if template is not None:
+        (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    return directory
+
+
+def with_chat_template(source: Path, directory: Path, template: str | None) -> Path:
+    """A copy of model directory ``source`` whose tokenizer has ``template`` (None: no chat template at all)."""
+    _copy(source, directory, lambda name: name != "chat_template.jinja")
     config = json.loads((directory / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     if template is not None:

@@ -97,7 +97,8 @@ class DataConfig:
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     """Variables of the policy's chat template, given to every rendering of it (prompts, SFT rows, validation,
     the observation turns of episodes, preflight's check), e.g. ``{enable_thinking: false}`` for Qwen3: a mapping of
-    names to strings, numbers, booleans or null. A name the template does not read is refused at start."""
+    names to strings, numbers, booleans or null. A name that changes nothing the template renders (one it does not
+    read, or reads only after setting it itself) is refused at start."""
     max_prompt_tokens: int = 256
     """Rows with a longer prompt are bad rows (below); tiny_math prompts keep their last tokens."""
     on_bad_row: Literal["skip", "error"] = "skip"
@@ -121,7 +122,7 @@ class DataConfig:
 
 
 # What apply_chat_template and its template already take from dtppo or the tokenizer on every rendering.
-_TEMPLATE_OWN_NAMES = frozenset(
+TEMPLATE_OWN_NAMES = frozenset(
     {"conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt"}
     | {"continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict"}
     | {"return_assistant_tokens_mask", "tokenizer_kwargs", "bos_token", "eos_token", "unk_token", "sep_token"}
@@ -143,7 +144,7 @@ def _check_template_kwargs(pairs: Any) -> None:
         scalar = value is None or isinstance(value, (str, bool, int)) or finite
         require(scalar, f"{key}.{name}", f"expected a string, number, boolean or null (a JSON scalar), got {value!r}")
         require(
-            name not in _TEMPLATE_OWN_NAMES,
+            name not in TEMPLATE_OWN_NAMES,
             f"{key}.{name}",
             "is set on every rendering by dtppo or transformers (the messages, the generation prompt, the tokenizer's "
             "special tokens): it cannot be given here",

@@ -474,7 +474,8 @@ class PPOConfig:
     val_period: int = 10
     """Validate every N steps (and at the last step)."""
     val_at_start: bool = True
-    """Validate before the first step."""
+    """Validate before the first step; false: the results table ``dtppo ppo`` prints has no start row and no PPO gain
+    (nothing was measured at step 0)."""
     max_val_samples: int = 256
     """Validation problems scored."""
     val_batch_size: int = 256

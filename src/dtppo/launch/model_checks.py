@@ -1,7 +1,8 @@
 """What a recipe asks of its models, checked against the models themselves by ``preflight``, before any compute.
 
 Read from the model directories (``config.json`` and the tokenizer files, JSON only; the weights are never
-loaded here): tensor parallelism against the real head and MLP sizes, the sharding plan against the real
+loaded here): weights in safetensors only (a pickled ``pytorch_model.bin`` is refused, never opened), a tokenizer
+(``models.tokenizer``), tensor parallelism against the real head and MLP sizes, the sharding plan against the real
 architecture (built on the meta device), activation checkpointing against the model class, the critic's
 vocabulary against the policy's, the chat template against the prompts it must render, the torch generator's
 decoder against the architecture, the critic's export (some layout must write it) and the head size against the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import jinja2.meta
 import torch
@@ -29,12 +31,14 @@ from transformers import (
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from dtppo.config import Config, ConfigError, TinyModelConfig
+from dtppo.config.inputs import TEMPLATE_OWN_NAMES
 from dtppo.data.chat import ChatFormat
-from dtppo.data.loader import format_prompt
+from dtppo.data.loader import conversation, format_prompt
 from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
 from dtppo.errors import InputError
 from dtppo.generation.generator import resolve_decoder
 from dtppo.models.critic_format import export_refusal
+from dtppo.models.loading import weights_refusal
 from dtppo.models.tokenizer import load_tokenizer
 
 SUPPORTED_LAYOUTS = "Qwen2/Llama-style blocks (model.layers[i].self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj)"
@@ -42,25 +46,20 @@ SUPPORTED_LAYOUTS = "Qwen2/Llama-style blocks (model.layers[i].self_attn.{q,k,v,
 
 def check_models(cfg: Config) -> None:
     """Each rule above, for the policy and (with a critic) the value model. Raises ConfigError."""
-    policy_path = cfg.policy.model.path
-    if policy_path is not None and not _local(policy_path):
+    policy_path, value_path = cfg.policy.model.path, cfg.value.model.path
+    policy_config = _read_model(policy_path, "policy.model.path", "the policy") if _local(policy_path) else None
+    critic = cfg.has_critic
+    value_config = _read_model(value_path, "value.model.path", "the critic") if critic and _local(value_path) else None
+    if policy_path is not None and policy_config is None:
         return  # a hub name: transformers resolves (and checks) it when the model loads
     tokenizer = _tokenizer(policy_path, "policy.model.path")
     _check_chat_template(cfg, tokenizer)
-    policy_config = _model_config(policy_path, "policy.model.path") if policy_path is not None else None
-    critic = cfg.has_critic
     if policy_config is not None:
         _check_model(cfg, "policy", "policy.model.path", policy_path, policy_config)
-    if critic and _local(cfg.value.model.path):
-        _check_model(
-            cfg,
-            "value",
-            "value.model.path",
-            cfg.value.model.path,
-            _model_config(cfg.value.model.path, "value.model.path"),
-        )
-        _check_same_vocabulary(cfg, tokenizer, _tokenizer(cfg.value.model.path, "value.model.path"))
-    elif critic and cfg.value.model.path is None and policy_config is not None:
+    if value_config is not None:
+        _check_model(cfg, "value", "value.model.path", value_path, value_config)
+        _check_same_vocabulary(cfg, tokenizer, _tokenizer(value_path, "value.model.path"))
+    elif critic and value_path is None and policy_config is not None:
         _check_model(cfg, "value", "policy.model.path", policy_path, policy_config)  # the critic starts from it
     if cfg.policy.generation.backend == "vllm":
         _check_vllm_head_dim(cfg, _head_dim(policy_config, cfg.policy.model.tiny))
@@ -93,12 +92,17 @@ def _tokenizer(path: str | None, key: str) -> PreTrainedTokenizerBase:
         raise ConfigError(f"{key}: {err}") from None
 
 
-def _model_config(path: str, key: str) -> PretrainedConfig:
+def _read_model(path: str, key: str, model: str) -> PretrainedConfig:
+    """The config of the model directory ``path``, whose weights must be safetensors (``weights_refusal``; a hub
+    model's pickled weights are refused as it loads, by ``use_safetensors``)."""
     try:
-        return AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
     except Exception as err:  # transformers refuses a config.json in many ways; each is one line here
-        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise ConfigError(f"{key}: cannot read {path}/config.json: {type(err).__name__}: {detail}") from None
+        raise ConfigError(f"{key}: cannot read {path}/config.json: {type(err).__name__}: {_first_line(err)}") from None
+    refusal = weights_refusal(path, model)
+    if refusal is not None:
+        raise ConfigError(f"{key}: {path}: {refusal}")
+    return config
 
 
 def _check_model(cfg: Config, section: str, key: str, path: str, config: PretrainedConfig) -> None:
@@ -220,19 +224,58 @@ def _check_chat_template(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Non
 
 
 def _check_template_variables(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> None:
-    """A name in ``data.chat_template_kwargs`` that the template never reads (a misspelt ``enable_thinking``) would
-    change nothing, silently. The names it reads are jinja2's undeclared variables of the template."""
+    """A name in ``data.chat_template_kwargs`` that changes nothing the template renders would be ignored, silently:
+    a misspelt ``enable_thinking``, or a name the template reads only after setting it itself (Qwen3's ``content``).
+    Each is rendered into the conversations dtppo renders, with its value and the probe values and without it."""
     if not cfg.data.chat_template_kwargs:
         return
     template = tokenizer.get_chat_template()
     # transformers' own compiled environment: its extensions (the {% generation %} tag) parse as they render.
     reads = jinja2.meta.find_undeclared_variables(_compile_jinja_template(template).environment.parse(template))
-    for name, _ in cfg.data.chat_template_kwargs:
-        if name not in reads:
-            raise ConfigError(
-                f"data.chat_template_kwargs.{name}: the chat template of {cfg.policy.model.path} does not read it "
-                f"(it reads {', '.join(sorted(reads))}): remove it, or correct its name"
+    chat = ChatFormat.of(cfg.data)
+    effective = [name for name in sorted(reads - TEMPLATE_OWN_NAMES) if _changes_renderings(chat, tokenizer, name)]
+    for name, value in cfg.data.chat_template_kwargs:
+        if name in effective or (name in reads and _changes_renderings(chat, tokenizer, name, value)):
+            continue
+        why = "renders the same text with it as without it" if name in reads else "does not read it"
+        raise ConfigError(
+            f"data.chat_template_kwargs.{name}: the chat template of {cfg.policy.model.path} {why} (the variables "
+            f"that change what it renders: {', '.join(effective) or 'none'}): remove it, or correct its name"
+        )
+
+
+# Values a template variable is tried with: whatever a template tests of it (defined, true, none, equal to a number or
+# to a string), one of them differs from its absence.
+_PROBES = (True, False, None, 0, 1, "dtppo-probe")
+_ASKED, _ANSWER = {"role": "user", "content": "What is 1 + 1?"}, {"role": "assistant", "content": "2"}
+# A prompt, an SFT row, an episode's second turn: (messages, add_generation_prompt)
+_RENDERED = (([_ASKED], True), ([_ASKED, _ANSWER], False), ([_ASKED, _ANSWER, _ASKED], True))
+
+
+def _changes_renderings(chat: ChatFormat, tokenizer: PreTrainedTokenizerBase, name: str, *values: Any) -> bool:
+    """Whether the template variable ``name`` changes a rendering of ``_RENDERED``: with each of ``values`` and
+    ``_PROBES`` against without it (the run's other variables kept)."""
+    others = tuple((n, v) for n, v in chat.template_kwargs if n != name)
+    without = _renderings(dataclasses.replace(chat, template_kwargs=others), tokenizer)
+    return any(
+        _renderings(dataclasses.replace(chat, template_kwargs=(*others, (name, value))), tokenizer) != without
+        for value in (*values, *_PROBES)
+    )
+
+
+def _renderings(chat: ChatFormat, tokenizer: PreTrainedTokenizerBase) -> list[str]:
+    """What ``chat`` renders for each of ``_RENDERED``; a rendering that fails gives its error instead."""
+    texts = []
+    for messages, generation_prompt in _RENDERED:
+        try:
+            texts.append(
+                chat.render(
+                    tokenizer, conversation(messages, chat.system_prompt), add_generation_prompt=generation_prompt
+                )
             )
+        except Exception as err:  # the template's own raise_exception, or a value it cannot use
+            texts.append(f"{type(err).__name__}: {err}")
+    return texts
 
 
 def _check_turn_text(cfg: Config, chat: ChatFormat, tokenizer: PreTrainedTokenizerBase) -> None:

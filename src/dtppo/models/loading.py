@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from torch import nn
 
@@ -20,6 +21,21 @@ def loading_from(path: str) -> Iterator[None]:
     except Exception as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise InputError(f"{path}: cannot load a model or tokenizer from it: {type(err).__name__}: {detail}") from err
+
+
+def weights_refusal(path: str | Path, model: str) -> str | None:
+    """Why the weights of the model directory ``path`` are not read (``model`` names what it holds, e.g. "a reward
+    model"), or None when they are in safetensors. A ``pytorch_model.bin`` is a pickle, and unpickling a file a recipe
+    names could run code. Asked before anything is read from the directory: by preflight for the policy's and the
+    critic's, by ``rewards.model`` for a reward model's."""
+    directory = Path(path)
+    if any(directory.glob("*.safetensors")):
+        return None
+    found = sorted(p.name for p in directory.glob("*.bin")) or ["no weights"]
+    return (
+        f"no *.safetensors weights (found: {', '.join(found)}); {model} is loaded from safetensors only, never "
+        "unpickled: convert it where you trust the file (from_pretrained, then save_pretrained writes safetensors)"
+    )
 
 
 def disable_dropout(model: nn.Module) -> nn.Module:

@@ -12,9 +12,16 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from dtppo.errors import InputError
 from dtppo.models.loading import loading_from
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+
+# The files a tokenizer's vocabulary is read from: fast (tokenizer.json), SentencePiece (tokenizer.model, spiece.model,
+# Mistral's tokenizer.model.v3), byte-level BPE (vocab.json with merges.txt), WordPiece (vocab.txt), tiktoken, Mistral's
+# tekken.json. With none, AutoTokenizer builds an empty tokenizer from config.json alone (Qwen's, GPT-2's: every text
+# encodes to no tokens) or fails with a message that names no file (Llama's, Mistral's).
+_VOCABULARY_FILES = ("tokenizer.json", "*.model", "tokenizer.model.*", "vocab.*", "*.tiktoken", "tekken.json")
 
 # The tiny tasks' prompt format: an optional system line, the question, then "\nAnswer: ".
 CHAR_CHAT_TEMPLATE = (
@@ -36,15 +43,23 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def load_tokenizer(path: str | None) -> PreTrainedTokenizerBase:
-    """The tokenizer of ``path`` (an HF model directory or hub name), or the character tokenizer when None.
+    """The tokenizer of ``path`` (an HF model directory or hub name), or the character tokenizer when None. A
+    directory without tokenizer files (``_VOCABULARY_FILES``) is an InputError naming it.
 
     A directory's ``tokenizer.json`` is loaded verbatim: ``AutoTokenizer`` would pick a tokenizer class from
     the model type (Qwen2's for our tiny models) and rebuild its pre-tokenizer, dropping our characters.
     """
     if path is None:
         return build_char_tokenizer()
+    directory = Path(path)
+    if directory.is_dir() and not any(any(directory.glob(files)) for files in _VOCABULARY_FILES):
+        raise InputError(
+            f"{path} holds no tokenizer (none of tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
+            "vocab.txt; tokenizer_config.json alone has no vocabulary), so every prompt would encode to no tokens: "
+            "copy the tokenizer files of the model it was trained from into it"
+        )
     with loading_from(path):
-        if (Path(path) / "tokenizer.json").is_file():
+        if (directory / "tokenizer.json").is_file():
             tok = PreTrainedTokenizerFast.from_pretrained(path)
         else:
             tok = AutoTokenizer.from_pretrained(path)

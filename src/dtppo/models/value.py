@@ -129,7 +129,11 @@ def build_backbone(path: str | None, config=None, seed: int = 0) -> PreTrainedMo
         with loading_from(path):
             config = AutoConfig.from_pretrained(path)
             return AutoModel.from_pretrained(
-                path, config=config, dtype=torch.float32, attn_implementation=attention_implementation(config)
+                path,
+                config=config,
+                dtype=torch.float32,
+                attn_implementation=attention_implementation(config),
+                use_safetensors=True,  # a pickled pytorch_model.bin could run code (models.loading.weights_refusal)
             )
     with torch.random.fork_rng():
         torch.manual_seed(seed)

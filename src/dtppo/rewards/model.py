@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, PreTrai
 
 from dtppo.config import RewardModelConfig
 from dtppo.errors import InputError
-from dtppo.models.loading import loading_from
+from dtppo.models.loading import loading_from, weights_refusal
 from dtppo.models.packing import needed_mask
 from dtppo.models.tokenizer import load_tokenizer
 
@@ -146,11 +146,7 @@ def _check_directory(path: str | None) -> str:
     directory = Path(path)
     if not directory.is_dir():
         raise _refuse(path, "not a directory (a reward model is a local HF sequence-classification directory)")
-    if not any(directory.glob("*.safetensors")):
-        found = sorted(p.name for p in directory.glob("*.bin")) or ["no weights"]
-        raise _refuse(
-            path,
-            f"no *.safetensors weights (found: {', '.join(found)}); a reward model is loaded "
-            "from safetensors only, never unpickled: convert it with save_pretrained",
-        )
+    refusal = weights_refusal(directory, "a reward model")
+    if refusal is not None:
+        raise _refuse(path, refusal)
     return path

@@ -20,7 +20,7 @@ from dtppo.launch.preflight import preflight
 from dtppo.sft.trainer import sft_batch
 from dtppo.types import SampleRequest, SamplingParams, Segment, build_episode_rows
 from tests.support import chat_templates as ct
-from tests.support.hf_fixtures import with_chat_template
+from tests.support.hf_fixtures import QWEN_TEMPLATE, with_chat_template
 from tests.support.recipes import REPO, tiny_config
 
 EMPTY_THINK = "<think>\n\n</think>\n\n"
@@ -100,13 +100,60 @@ def test_preflight_renders_with_the_variables_and_refuses_a_name_the_template_do
     preflight(tiny_config(*base, NO_THINKING, f"env.class={TOOL_ENV}"))
     with pytest.raises(
         ConfigError,
-        match=r"^data\.chat_template_kwargs\.enable_thinkng: the chat template of .*qwen3 does not read "
-        r"it \(it reads add_generation_prompt, content, enable_thinking, messages, reasoning_content, tools\)",
+        match=r"^data\.chat_template_kwargs\.enable_thinkng: the chat template of .*qwen3 does not read it "
+        r"\(the variables that change what it renders: enable_thinking\): remove it, or correct its name$",
     ):
         preflight(tiny_config(*base, "data.chat_template_kwargs.enable_thinkng=false"))
     # Negative control: Qwen2.5's template has no enable_thinking to read.
-    with pytest.raises(ConfigError, match=r"^data\.chat_template_kwargs\.enable_thinking: the chat template of"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^data\.chat_template_kwargs\.enable_thinking: the chat template of .* does not read it \(the "
+        r"variables that change what it renders: none\)",
+    ):
         preflight(tiny_config(base[0], f"policy.model.path={qwen_dir}", NO_THINKING))
+
+
+@pytest.mark.parametrize("name", ["content", "reasoning_content"])
+def test_a_variable_the_template_reads_but_that_changes_nothing_is_refused(qwen_dir, tmp_path, name):
+    # Qwen3's template reads `content` and `reasoning_content` only after setting them itself from each message
+    model = with_chat_template(qwen_dir, tmp_path / "qwen3", ct.QWEN3_TEMPLATE)
+    base = ["ppo.init_from_sft=false", f"policy.model.path={model}"]
+    with pytest.raises(ConfigError) as refused:
+        preflight(tiny_config(*base, f"data.chat_template_kwargs.{name}=x"))
+    assert str(refused.value) == (
+        f"data.chat_template_kwargs.{name}: the chat template of {model} renders the same text with it as without it "
+        "(the variables that change what it renders: enable_thinking): remove it, or correct its name"
+    )
+    # Negative control: a variable that changes the prompt passes, with either value (true renders as its absence
+    # does, the template's default, and still names a real variable: false changes the prompt)
+    for value in ("false", "true"):
+        preflight(tiny_config(*base, f"data.chat_template_kwargs.enable_thinking={value}"))
+
+
+def test_each_familys_own_variable_passes_and_one_that_changes_nothing_is_refused(qwen_dir, tmp_path):
+    # Llama 3.2's template reads date_string (the system header's date) and tools_in_user_message, which changes
+    # only where tools are given: dtppo never gives any, so it changes nothing dtppo renders
+    model = with_chat_template(qwen_dir, tmp_path / "llama3", ct.LLAMA3_TEMPLATE)
+    base = ["ppo.init_from_sft=false", f"policy.model.path={model}"]
+    preflight(tiny_config(*base, "data.chat_template_kwargs.date_string=26 Jul 2024"))
+    with pytest.raises(
+        ConfigError,
+        match=r"^data\.chat_template_kwargs\.tools_in_user_message: the chat template of .*llama3 renders the same "
+        r"text with it as without it \(the variables that change what it renders: custom_tools, date_string\)",
+    ):
+        preflight(tiny_config(*base, "data.chat_template_kwargs.tools_in_user_message=false"))
+
+
+def test_a_variable_is_tried_with_its_own_value_too(qwen_dir, tmp_path):
+    # A template that tests for one value, which none of the values every variable is tried with equals
+    model = with_chat_template(
+        qwen_dir, tmp_path / "styled", "{% if style == 'terse' %}Be terse.{% endif %}" + QWEN_TEMPLATE
+    )
+    base = ["ppo.init_from_sft=false", f"policy.model.path={model}"]
+    preflight(tiny_config(*base, "data.chat_template_kwargs.style=terse"))
+    # Negative control: with another value it renders as without it
+    with pytest.raises(ConfigError, match=r"^data\.chat_template_kwargs\.style: .* renders the same text with it as"):
+        preflight(tiny_config(*base, "data.chat_template_kwargs.style=chatty"))
 
 
 def test_one_call_renders_the_policys_chat_template():

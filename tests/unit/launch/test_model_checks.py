@@ -7,11 +7,18 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import Gemma3Config, Gemma3TextConfig, GPTNeoXJapaneseConfig
 
 from dtppo.config import ConfigError
 from dtppo.launch.preflight import preflight
-from tests.support.hf_fixtures import NO_SYSTEM_TEMPLATE, QWEN_TEMPLATE, with_chat_template
+from tests.support.hf_fixtures import (
+    NO_SYSTEM_TEMPLATE,
+    QWEN_TEMPLATE,
+    with_chat_template,
+    with_pickled_weights,
+    without_tokenizer,
+)
 from tests.support.recipes import tiny_config
 
 
@@ -67,6 +74,50 @@ def test_a_missing_chat_template_is_refused(qwen_dir, tmp_path):
     bare = with_chat_template(qwen_dir, tmp_path / "base-model", None)
     with pytest.raises(ConfigError, match=r"^policy\.model\.path: the tokenizer of .*base-model has no chat template"):
         load(bare)
+
+
+def pickle_refusal(key: str, path: Path, model: str) -> str:
+    return (
+        f"{key}: {path}: no *.safetensors weights (found: pytorch_model.bin); {model} is loaded from safetensors "
+        "only, never unpickled: convert it where you trust the file (from_pretrained, then save_pretrained writes "
+        "safetensors)"
+    )
+
+
+@pytest.mark.parametrize(("key", "model"), [("policy.model.path", "the policy"), ("value.model.path", "the critic")])
+def test_pickled_weights_are_refused_before_anything_is_unpickled(qwen_dir, tmp_path, key, model):
+    marker = tmp_path / "payload-ran"
+    pickled = with_pickled_weights(qwen_dir, tmp_path / "pickled", marker)
+    policy = pickled if key == "policy.model.path" else qwen_dir
+    with pytest.raises(ConfigError) as refused:
+        load(policy, f"value.model.path={pickled}")
+    assert str(refused.value) == pickle_refusal(key, pickled, model)
+    assert not marker.exists()
+    # Negative control: the payload does run when unpickled, so its absence above means nothing was
+    torch.load(pickled / "pytorch_model.bin", weights_only=False)
+    assert marker.exists()
+
+
+def test_a_directory_without_tokenizer_files_is_named_with_the_files_it_lacks(qwen_dir, llama_dir, tmp_path):
+    # A model saved without its tokenizer: transformers builds an empty Qwen2 tokenizer from config.json (every prompt
+    # encodes to no tokens) and fails for Llama naming no file; before, the first was reported as "no chat template"
+    # and, with one added, failed in the first rollout with a traceback.
+    for name, source in (("qwen", qwen_dir), ("llama", llama_dir)):
+        bare = without_tokenizer(source, tmp_path / f"bare-{name}")
+        templated = without_tokenizer(source, tmp_path / f"templated-{name}", QWEN_TEMPLATE)
+        for model in (bare, templated):
+            with pytest.raises(ConfigError) as refused:
+                load(model)
+            assert str(refused.value) == (
+                f"policy.model.path: {model} holds no tokenizer (none of tokenizer.json, tokenizer.model, vocab.json "
+                "+ merges.txt, vocab.txt; tokenizer_config.json alone has no vocabulary), so every prompt would "
+                "encode to no tokens: copy the tokenizer files of the model it was trained from into it"
+            )
+        # Negative control: the tokenizer file back, the directory loads
+        (templated / "tokenizer.json").write_bytes((source / "tokenizer.json").read_bytes())
+        assert load(templated).policy.model.path == str(templated)
+    with pytest.raises(ConfigError, match=r"^value\.model\.path: .*bare-qwen holds no tokenizer \("):
+        load(qwen_dir, f"value.model.path={tmp_path / 'bare-qwen'}")
 
 
 def test_a_template_that_refuses_the_system_turn_is_named_with_the_system_prompt(qwen_dir, tmp_path):
