@@ -17,6 +17,9 @@ They are read when used and do nothing when unset (the normal case):
 - ``DTPPO_TEST_OBSERVATIONS_AS_ACTIONS=1``: episodes' observation tokens are marked as the policy's own
   (``response_mask`` 1, generation log-prob 0), so they are trained on and valued as actions, the masking bug
   peers had: the multi-turn experiment's ablation (docs/experiments/2026-12-02-tools-with-a-critic.md).
+- ``DTPPO_TEST_LEARNING_FAULT=drop_rewards|zero_advantages``: GAE sees token rewards of 0 (the reward never reaches
+  the returns), or every advantage is set to 0 after GAE (the policy gets no signal): the learning gate's negative
+  controls (tests/functional/test_learning_gate.py).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ PAUSE_ENV = "DTPPO_TEST_PAUSE_IN_CHECKPOINT"
 VALUE_GRAD_ENV = "DTPPO_TEST_VALUE_GRAD"
 GEN_LOGPROB_ERROR_ENV = "DTPPO_TEST_GEN_LOGPROB_ERROR"
 OBSERVATIONS_AS_ACTIONS_ENV = "DTPPO_TEST_OBSERVATIONS_AS_ACTIONS"
+LEARNING_FAULT_ENV = "DTPPO_TEST_LEARNING_FAULT"
+_LEARNING_FAULTS = ("", "drop_rewards", "zero_advantages")
 _VALUE_GRAD_SCALES = {"": 1.0, "off": 0.0, "flip": -1.0}
 
 
@@ -76,3 +81,11 @@ def gen_logprob_error(num_samples: int) -> torch.Tensor | None:
 def observations_as_actions() -> bool:
     """Whether ``DTPPO_TEST_OBSERVATIONS_AS_ACTIONS`` asks episodes to mark observation tokens as actions."""
     return os.environ.get(OBSERVATIONS_AS_ACTIONS_ENV, "").strip() == "1"
+
+
+def learning_fault() -> str:
+    """The fault ``DTPPO_TEST_LEARNING_FAULT`` asks GAE to make: "" (none), "drop_rewards" or "zero_advantages"."""
+    spec = os.environ.get(LEARNING_FAULT_ENV, "").strip()
+    if spec not in _LEARNING_FAULTS:
+        raise ValueError(f"{LEARNING_FAULT_ENV} must be drop_rewards or zero_advantages, got {spec!r}")
+    return spec

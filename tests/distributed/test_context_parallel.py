@@ -18,8 +18,8 @@ from dtppo.distributed.comm import rank
 from dtppo.distributed.context import ContextShards
 from dtppo.distributed.launch import run_ranks
 from dtppo.models.context import ContextForward
-from tests.distributed.test_parity import MICRO, _assert_same
 from tests.support.harness import run, worker_round
+from tests.support.parity import LAYOUTS, MICRO, assert_same_update
 
 WIDTH = 13  # padded to 16: 2·cp chunks of 4 (cp = 2) or 2 (cp = 4)
 STARTS = {0: 4, 1: 8}  # row -> a sequence start; 4 and 8 are shard edges in every layout below
@@ -89,18 +89,18 @@ CP2 = ["policy.parallel.cp=2", "value.parallel.cp=2"]
 
 
 def test_cp2_packed_workers_equal_one_process(reference):
-    """Values, log-probs, both losses and their statistics, grad norms and the weights after one update."""
-    _assert_same(reference, run(worker_round, 2, MICRO + CP2))
+    """Values, log-probs, both losses and their statistics, the gradients and the update."""
+    assert_same_update(reference, run(worker_round, 2, MICRO + LAYOUTS["cp2"][1]))
 
 
 def test_cp2_contiguous_padded_with_activation_checkpointing_equals_one_process(reference):
     extra = [f"{w}.{k}" for w in ("policy", "value") for k in ("parallel.cp_layout=contiguous",
              "sequence_packing=false", "activation_checkpointing=true")]  # fmt: skip
-    _assert_same(reference, run(worker_round, 2, MICRO + CP2 + extra))
+    assert_same_update(reference, run(worker_round, 2, MICRO + CP2 + extra))
 
 
 def test_cp4_and_fsdp_with_tp_beside_cp_equal_one_process(reference):
     """cp = 4; then dp 2 × cp 2 for the policy (FSDP over dp × cp) and tp 2 × cp 2 for the critic."""
-    _assert_same(reference, run(worker_round, 4, MICRO + ["policy.parallel.cp=4", "value.parallel.cp=4"]))
-    mixed = ["policy.parallel.cp=2", "value.parallel.cp=2", "value.parallel.tp=2"]
-    _assert_same(reference, run(worker_round, 4, MICRO + mixed))
+    for name in ("cp4", "dp2 x cp2, critic tp2 x cp2"):
+        world, extra, _ = LAYOUTS[name]
+        assert_same_update(reference, run(worker_round, world, MICRO + extra))

@@ -13,8 +13,9 @@ from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.workers.value import ValueWorker
 from tests.support.batches import synthetic_experience
 from tests.support.harness import full_state_dict, make_config, run, worker_results
+from tests.support.parity import FORWARD_TOL, assert_same_update
 
-TOL = 1e-5
+TOL = FORWARD_TOL  # log-probs of two models holding the same weights (tests/support/parity.py)
 # Both models adapted; a KL term so the reference is used; a learning rate that moves the adapters visibly in
 # one step. Dropout is off in the workers' models; the adapters' own dropout is 0 by default.
 LORA = [
@@ -72,12 +73,12 @@ def _diff(a, b) -> float:
 
 
 def test_dp2_matches_one_process(results):
+    """The adapters' gradients and their update as a whole (Adam's first step on a LoRA B entry whose gradient is
+    near eps moves it by a sizeable share of lr = 1e-2 on a float32 difference; tests/support/parity.py)."""
     one, two = results[1], results[2]
-    for key in ("values", "logprobs", "ref_logprobs", "policy_weights", "value_weights", "trainer_after"):
+    assert_same_update(one, two, check_replica=False)  # the refit merges the adapters: a test of its own below
+    for key in ("ref_logprobs", "trainer_after"):
         assert _diff(one[key], two[key]) < TOL, key
-    for metrics in ("policy_metrics", "value_metrics"):
-        for key in ("loss", "grad_norm"):
-            assert abs(float(one[metrics][key]) - float(two[metrics][key])) < TOL, (metrics, key)
 
 
 def test_activation_checkpointing_and_cpu_offload_change_nothing(results):

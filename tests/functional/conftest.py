@@ -3,6 +3,7 @@ are tests.support.cli's)."""
 
 import pytest
 
+from tests.support.choice_task import write_choice_task
 from tests.support.cli import run_cli
 from tests.support.recipes import TINY
 
@@ -24,3 +25,10 @@ def sft_dir(tmp_path_factory):
         cwd=root,
     )
     return root / "model"
+
+
+@pytest.fixture(scope="session")
+def choice_task(tmp_path_factory):
+    """(the working directory, the files) of the task PPO learns in a few steps (tests/support/choice_task.py)."""
+    root = tmp_path_factory.mktemp("choice")
+    return root, write_choice_task(root)

@@ -1,47 +1,45 @@
-"""Two GRPO steps from the CLI (``ppo.advantage_estimator=grpo``): the policy gates of the PPO smoke test hold,
-no critic exists anywhere (metrics, checkpoint, export), and a resume from step 1 reproduces step 2."""
+"""Two GRPO steps from the CLI (``ppo.advantage_estimator=grpo``) on the task PPO learns fast
+(tests/support/choice_task.py): the policy gates of the PPO smoke test hold, no critic exists anywhere (metrics,
+checkpoint, export), and a resume from step 1 reproduces step 2."""
 
-import math
 import shutil
 
 import torch
 
+from tests.support.choice_task import choice_args
 from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
-from tests.support.recipes import FAST, TINY
+from tests.support.gates import assert_reference_gates, gate_failures
 
-# 8 prompts x 4 samples per step. With the briefly fine-tuned model most groups score all 0 (advantage 0, no
-# update); 8 groups make a mixed one likely, so the policy update and the resume below see a real gradient.
-GRPO = ["ppo.advantage_estimator=grpo", "ppo.num_prompts_per_step=8", "ppo.num_generations_per_prompt=4"]
+# 16 prompts x 4 samples per step. About 1 answer in 9 is rewarded at the start: a group of 4 is mixed with
+# probability ~0.3, and a step of 16 groups holds no mixed one with probability ~0.003, so the policy update and
+# the resume below see a real gradient (the tiny recipe's briefly fine-tuned model scored 0 in every group).
+GRPO = ["ppo.advantage_estimator=grpo", "ppo.num_prompts_per_step=16", "ppo.num_generations_per_prompt=4"]
 
 
-def _args(sft_dir):
+def _args(files):
     return [
-        "ppo",
-        TINY,
-        *FAST,
-        *GRPO,
-        f"sft.output_dir={sft_dir}",
+        *choice_args(files, "log", *GRPO),
         "ppo.max_num_steps=2",
         "ppo.ppo_epochs=2",
         "ppo.val_period=2",
-        "logger.log_dir=log",
+        "reward.accuracy_from=first_is_a",
+        "checkpointing.enabled=true",
         "checkpointing.checkpoint_dir=ckpt",
         "checkpointing.save_period=1",
         "checkpointing.keep_last=5",
     ]
 
 
-def test_grpo_trains_the_policy_without_a_critic(sft_dir, tmp_path):
-    run_cli(_args(sft_dir), tmp_path)
+def test_grpo_trains_the_policy_without_a_critic(choice_task, tmp_path):
+    files = choice_task[1]
+    run_cli(_args(files), tmp_path)
     records = read_jsonl(tmp_path / "log" / "metrics.jsonl")
     steps = [r for r in records if r["step"] >= 1]
     assert [r["step"] for r in steps] == [1, 2]
-    assert max(r["train/token_mult_prob_error"] for r in steps) < 1.05
+    assert_reference_gates(steps, critic=False)
+    assert gate_failures(steps, critic=False) == []
+    assert all(r["train/advantages/max"] > 0.0 for r in steps)  # every step held a mixed group: the policy trained
     for r in steps:
-        assert 0.79 < r["train/probs_ratio_clamped_min"] < 1.21
-        assert 0.79 < r["train/probs_ratio_clamped_max"] < 1.29
-        assert math.isfinite(r["train/loss"]) and math.isfinite(r["train/grad_norm"])
-        assert 0.0 <= r["train/reward"] <= 1.0
         # Group-normalised, binary rewards, G = 4: |A| <= (G-1)/sqrt(G) = 1.5; a step whose rewards are all 0 has
         # no advantage and no policy gradient; a mixed group has both signs.
         assert -1.5 - 1e-3 <= r["train/advantages/min"] <= r["train/advantages/max"] <= 1.5 + 1e-3
@@ -67,7 +65,7 @@ def test_grpo_trains_the_policy_without_a_critic(sft_dir, tmp_path):
     resumed.mkdir()
     shutil.copytree(tmp_path / "ckpt" / "step_1", resumed / "ckpt" / "step_1")
     shutil.copytree(tmp_path / "log", resumed / "log")
-    proc = run_cli(_args(sft_dir), resumed)
+    proc = run_cli(_args(files), resumed)
     assert "resumed from" in proc.stdout and "ckpt/step_1" in proc.stdout
 
     def comparable(r):

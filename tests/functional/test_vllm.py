@@ -17,6 +17,7 @@ import tempfile
 import pytest
 
 from tests.support.cli import read_jsonl, run_cli
+from tests.support.gates import assert_reference_gates, gate_failures
 from tests.support.killing import PAUSE_ENV, KillPoint, RunSpec, comparable_metrics, kill_at, launch
 from tests.support.recipes import FAST, REPO, TINY
 
@@ -26,6 +27,9 @@ pytestmark = [
 ]
 
 VLLM = ["policy.generation.backend=vllm"]
+# vLLM samples with its own kernels (fp32 on CPU): token_mult_prob_error 1.0000004-1.0000005 in these runs (AVX-512,
+# 2026-12-07) against the torch sampler's 1.0000001-1.0000002; 20x that.
+VLLM_MISMATCH_LIMIT = 1.0 + 1e-5
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 
 
@@ -99,15 +103,9 @@ def _steps(cwd, name):
 
 def _assert_reference_gates(records):
     assert [r["step"] for r in records] == [1, 2]
+    assert_reference_gates(records)
+    assert gate_failures(records, mismatch_limit=VLLM_MISMATCH_LIMIT) == []
     for r in records:
-        # A batch sampled by an older policy (ppo.max_lag) differs from π_old by design, not by numerics.
-        assert r["train/token_mult_prob_error"] <= 1.001 or r.get("train/staleness/max", 0.0) > 0
-        assert 0.79 < r["train/probs_ratio_clamped_min"] < 1.21
-        assert 0.79 < r["train/probs_ratio_clamped_max"] < 1.29
-        assert 0 <= r["train/critic/loss"] < 6
-        assert r["train/critic/explained_var"] <= 1.0001
-        assert r["train/critic/grad_norm"] < 350
-        assert 0.0 <= r["train/reward"] <= 1.0
         assert r["timing/weight_refit"] > 0 and r["timing/generation"] > 0
     assert "validation/accuracy" in records[-1]
 

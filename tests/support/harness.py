@@ -52,6 +52,11 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
     cfg = make_config(overrides)
     tok = build_char_tokenizer()
     policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
+    initial = {"policy_initial": full_state_dict(policy.model), "value_initial": full_state_dict(value.model)}
+    gradients = {
+        "policy_grads": capture_first_gradients(policy.model, policy.engine.optimizer),
+        "value_grads": capture_first_gradients(value.model, value.engine.optimizer),
+    }
     exp = synthetic_experience(len(tok))
     values, logprobs = value.get_values(exp), policy.get_logprobs(exp)
     reference = policy.get_reference_logprobs(exp) if cfg.loss.kl_coef > 0 else None
@@ -72,8 +77,30 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
         # what the vLLM backend's refit streams (every name of a tied parameter)
         "streamed_weights": {name: t.clone() for name, t in full_parameters(policy.model, policy.layout.device)},
         "policy_local_numel": sum(_local(p).numel() for p in policy.model.parameters()),
+        **initial,
+        **gradients,
         **(inspect(policy, value) if inspect is not None else {}),
     }
+
+
+def capture_first_gradients(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """A dict that ``optimizer``'s first step fills with every trained parameter's whole gradient, as the step sees
+    it (after accumulation over microbatches and ranks, and after clipping): what the sharded and unsharded paths
+    must agree on before Adam, whose first step ~ lr·sign(g) hides most gradient errors."""
+    grads: dict[str, torch.Tensor] = {}
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+    def capture(optimizer, args, kwargs) -> None:
+        if not grads:  # every rank takes part: gathering a sharded gradient is a collective
+            grads.update({name: _whole(p.grad).detach().clone() for name, p in named if p.grad is not None})
+
+    optimizer.register_step_pre_hook(capture)
+    return grads
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded tensor gathered whole (on every rank), a plain one as it is."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def worker_round(overrides: list[str], out_path: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dtppo import faults
 from dtppo.algorithms.advantages import (
     VTraceCorrection,
     compute_advantages,
@@ -53,6 +54,9 @@ class GAEEstimator:
         token_rewards = token_level_rewards(experience.rewards, mask, kl, self.kl_in_reward_coef)
         if experience.turn_rewards is not None:
             token_rewards = token_rewards + experience.turn_rewards * mask
+        fault = faults.learning_fault()
+        if fault == "drop_rewards":
+            token_rewards = torch.zeros_like(token_rewards)
         lambda_policy: float | torch.Tensor = self.lambda_policy
         if self.length_adaptive_alpha > 0.0:
             lambda_policy = length_adaptive_lambda(mask.sum(-1), self.length_adaptive_alpha)
@@ -71,6 +75,8 @@ class GAEEstimator:
             vtrace,
             experience.turn_ids if self.per_turn else None,
         )
+        if fault == "zero_advantages":
+            advantages = torch.zeros_like(advantages)
         return experience.replace(advantages=advantages, returns=returns)
 
 
