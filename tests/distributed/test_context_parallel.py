@@ -99,6 +99,7 @@ def test_cp2_contiguous_padded_with_activation_checkpointing_equals_one_process(
     assert_same_update(reference, run(worker_round, 2, MICRO + CP2 + extra))
 
 
+@pytest.mark.slow  # 4 ranks twice; cp 2: the tests above, cp 4's value shift: the oracle test
 def test_cp4_and_fsdp_with_tp_beside_cp_equal_one_process(reference):
     """cp = 4; then dp 2 × cp 2 for the policy (FSDP over dp × cp) and tp 2 × cp 2 for the critic."""
     for name in ("cp4", "dp2 x cp2, critic tp2 x cp2"):

@@ -45,6 +45,7 @@ def _ppo(sft_dir, name, *extra):
     ]
 
 
+@pytest.mark.slow  # two runs side by side in fresh interpreters; generation ranks: test_remote_generation.py
 def test_lag_zero_on_a_generation_rank_is_the_synchronous_loop_bit_for_bit(sft_dir, tmp_path):
     # One thread per process in both runs (the same kernels compute the same numbers); the two run side by side.
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
@@ -102,6 +103,7 @@ def test_a_run_killed_at_lag_two_resumes_to_the_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow  # a run with a generation rank; generation ranks: test_remote_generation.py
 def test_a_generation_rank_that_dies_stops_the_run_with_one_line(tmp_path):
     spec = RunSpec(steps=200, ranks=2, extra=(*SPLIT, "ppo.max_lag=1", "loss.rollout_is=token"))
     proc = launch(spec, tmp_path, "run")

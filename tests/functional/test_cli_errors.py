@@ -8,14 +8,12 @@ directory; and model directories a user's first runs brought: weights in a pickl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli_in_process
+from tests.support.cli import run_cli, run_cli_in_process
 from tests.support.hf_fixtures import QWEN_TEMPLATE, with_pickled_weights, without_tokenizer
 from tests.support.recipes import TINY
 
@@ -95,12 +93,10 @@ IN_A_RANK = {"bad row refused (PPO, in the rank)"}
 
 
 def _dtppo(args: list[str], cwd: Path, debug: bool) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "DTPPO_DEBUG"}
-    if debug:
-        env["DTPPO_DEBUG"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "dtppo", *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    """``dtppo ARGS`` as a process tree (tests.support.cli's forked runner: its own stdout and stderr, its ranks
+    spawned), with ``DTPPO_DEBUG`` set or not."""
+    env = {"DTPPO_DEBUG": "1" if debug else ""}
+    return run_cli(args, cwd, timeout=600, check=False, env=env)
 
 
 def _exit_and_output(case: str, args: list[str], cwd: Path, debug: bool, monkeypatch, capsys) -> tuple[int, str, str]:

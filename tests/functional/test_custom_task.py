@@ -4,7 +4,6 @@ chat-message prompts, the weighted total, and every bad input as exit 2 with one
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,14 +87,9 @@ def _args(task: Path, functions: str, data: str = "train.jsonl", *extra: str) ->
     ]
 
 
-def _env(task: Path) -> dict:
-    return dict(os.environ, RECORD=str(task / "record.jsonl"), PYTHONUNBUFFERED="1")
-
-
 def _run(task: Path, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "dtppo", *args], cwd=task, env=_env(task), capture_output=True, text=True, timeout=600
-    )
+    """``dtppo ARGS`` in ``task`` (tests.support.cli's forked runner), ``RECORD`` naming where the functions write."""
+    return run_cli(args, task, timeout=600, check=False, env={"RECORD": str(task / "record.jsonl")})
 
 
 def test_a_reward_file_gets_the_rows_columns_and_the_total_is_the_weighted_sum(task):

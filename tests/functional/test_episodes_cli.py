@@ -55,6 +55,7 @@ def _run_side_by_side(runs: dict[str, RunSpec], cwd: Path) -> None:
         assert proc.wait(timeout=600) == 0, (cwd / f"{name}.log").read_text()[-3000:]
 
 
+@pytest.mark.slow  # four episode runs in three layouts; episodes end to end: the calculator example below
 def test_episodes_are_layout_invariant_and_grpo_trains_on_their_returns(tmp_path):
     grpo = ("ppo.advantage_estimator=grpo", "ppo.num_generations_per_prompt=2", "ppo.num_prompts_per_step=4")
     _run_side_by_side(

@@ -20,14 +20,15 @@ from dtppo.models.tokenizer import load_tokenizer
 from dtppo.models.value import ValueModel
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
-from tests.support.batches import synthetic_experience
+from tests.support.batches import spy_on_packing, synthetic_experience
 from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
 from tests.support.families import FAMILIES
 from tests.support.harness import make_config
 from tests.support.hf_fixtures import GSM8K_TEST, GSM8K_TRAIN
+from tests.support.parity import FORWARD_TOL
 from tests.support.recipes import FAST, TINY
 
-TOL = 1e-5
+TOL = FORWARD_TOL  # log-probs, values and the losses' statistics, packed against padded (tests/support/parity.py)
 STEPS = [
     *FAST,
     "ppo.init_from_sft=false",
@@ -72,8 +73,12 @@ def _round(model: Path, packing: bool) -> dict:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_workers_packed_equal_padded(family_dirs, family):
-    padded, packed = _round(family_dirs(family), False), _round(family_dirs(family), True)
+def test_workers_packed_equal_padded(family_dirs, family, monkeypatch):
+    packings = spy_on_packing(monkeypatch)
+    padded = _round(family_dirs(family), False)
+    assert packings == []  # the padded path packs nothing
+    packed = _round(family_dirs(family), True)
+    assert packings and sum(out for _, out in packings) < sum(rows for rows, _ in packings)  # it ran, and packed
     for key, a in padded.items():
         assert float((torch.as_tensor(a).float() - torch.as_tensor(packed[key]).float()).abs().max()) < TOL, key
 

@@ -83,6 +83,7 @@ def _assert_stops_at_the_generation_config_token(steps: list[dict]) -> None:
     assert steps[-1]["validation/avg_length"] == 1.0
 
 
+@pytest.mark.slow  # 2 ranks, eval and export; an HF format end to end in make test: the Llama run below
 def test_qwen_format_torch_at_two_ranks_then_eval_export_and_reload(qwen_dir, tmp_path):
     model = _copy(qwen_dir, tmp_path)
     args, proc = _ppo(model, tmp_path, "cluster.workers_per_node=2")

@@ -1,4 +1,6 @@
-"""The tiny recipe's PPO must lift validation accuracy well above its starting point, and its critic must learn.
+"""The tiny recipe's PPO must lift validation accuracy well above its starting point, and its critic must do better
+than a frozen random head (whether a critic explains what a constant cannot is test_learning_gate.py's gate: here
+the returns barely vary once accuracy is ~99 %, and EV stays near 0).
 
 Setting (docs/learning.md): the tiny-math task narrowed to one operation on numbers up to 10, SFT to its plateau
 (SFT_TO_PLATEAU), then the 40-step careless stage that plants bare wrong `#### N` answers. PPO removes the
@@ -10,8 +12,8 @@ was measured with the earlier 450-step SFT (docs/learning.md).
 
 The critic's gate and its negative control: see EV_GATE.
 
-Marked slow (`make test-all`, not `make test`): the SFT to its plateau and 20 PPO steps take ~5 minutes of the
-15 that `make test` has on 2 cores. `make demo` runs PPO's recovery from a planted shortcut on the critic recipe's
+Marked slow (`make test-all` and CI's slow tier, not `make test`): the SFT to its plateau and 20 PPO steps take ~5
+minutes. `make demo` runs PPO's recovery from a planted shortcut on the critic recipe's
 task each time and checks it against its expected range (bench/results/learning/demo_expected.json).
 """
 
@@ -32,7 +34,8 @@ EASY = [
 # 67.9 / 89.4 / 91.4 / 90.2 / 94.1 % at steps 100..900; an 800-step cosine ends its climb sooner.
 SFT_TO_PLATEAU = ["sft.num_steps=800", "sft.val_period=100", "sft.patience=2", "sft.min_accuracy=0.8"]
 
-# The critic's explained variance, mean over the last half of a run, must exceed this. A critic whose value
+# The critic's explained variance, mean over the last half of a run, must exceed this: a bar a mean predictor (EV 0)
+# clears too, so it shows only that the critic moved off its random head. A critic whose value
 # loss has no gradient (DTPPO_TEST_VALUE_GRAD=off) keeps its random head: its values are noise around 0, so
 # EV ~ -Var(V_init)/Var(R) < 0 for as long as it runs. Measured (docs/learning.md, "The critic's gate"):
 # normal runs, steps 11-20: seed 0 -0.003, seed 1 -0.001; gradient off, steps 5-8: seed 0 -0.128, seed 1 -0.337.
@@ -90,7 +93,7 @@ def test_ppo_recovers_accuracy_from_the_planted_shortcut(learning_run):
     assert late - start > 0.15, val
 
 
-def test_the_critic_learns_and_a_critic_without_gradient_does_not(learning_run, monkeypatch):
+def test_the_critic_beats_a_frozen_random_head(learning_run, monkeypatch):
     learned = last_half_explained_var(read_jsonl(learning_run / "ppo" / "metrics.jsonl"))
     assert learned > EV_GATE
     # Negative control: the same SFT model and seed, the critic's gradient switched off (dtppo.faults).

@@ -5,6 +5,7 @@ in plain transformers / PEFT and computing what the trained models compute."""
 import json
 import shutil
 
+import pytest
 import torch
 from peft import PeftModel
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForTokenClassification
@@ -35,6 +36,7 @@ def _comparable(record):
     return {k: v for k, v in record.items() if not k.startswith(("timing/", "perf/"))}
 
 
+@pytest.mark.slow  # three CLI runs; LoRA: tests/unit/models, tests/distributed/test_lora_ranks.py
 def test_lora_run_resumes_exactly_and_exports_merged_and_adapter(tmp_path):
     first = run_cli(_args("run"), tmp_path)
     assert "policy: LoRA rank 8" in first.stdout and "value: LoRA rank 8" in first.stdout

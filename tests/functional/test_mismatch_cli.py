@@ -7,20 +7,20 @@ i mod 3 = 1 (error e^0.3 = 1.35, kept) have π_old/π_gen = e^(0.3·len), capped
 import math
 
 from tests.support.cli import read_jsonl, run_cli
-from tests.support.recipes import FAST, TINY
+from tests.support.recipes import FAST, RANDOM_START, TINY
 
 PROMPTS = 16  # FAST's ppo.num_prompts_per_step
 CORRECTION = ["ppo.seq_logprob_error_threshold=1.5", "loss.rollout_is=sequence", "loss.rollout_is_cap=2.0"]
 
 
-def test_mismatch_correction_engages_on_the_mismatched_samples_only(sft_dir, tmp_path, monkeypatch):
+def test_mismatch_correction_engages_on_the_mismatched_samples_only(tmp_path, monkeypatch):
     monkeypatch.setenv("DTPPO_TEST_GEN_LOGPROB_ERROR", "0.3")
     run_cli(
         [
             "ppo",
             TINY,
             *FAST,
-            f"sft.output_dir={sft_dir}",
+            *RANDOM_START,
             "ppo.max_num_steps=1",
             "ppo.val_at_start=false",
             "checkpointing.enabled=false",

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
 from tests.support.gates import assert_reference_gates, gate_failures
-from tests.support.recipes import FAST, TINY
+from tests.support.recipes import FAST, RANDOM_START, TINY
 
 RANK_MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 CP2 = ["policy.parallel.cp=2", "value.parallel.cp=2"]
@@ -52,12 +52,14 @@ def runs(sft_dir, tmp_path_factory):
     return cwd
 
 
+@pytest.mark.slow  # the module fixture runs four 2-rank CLI runs; 2 ranks end to end: the last test of this file
 def test_two_ranks_pass_the_reference_gates(runs):
     steps = [_metrics(runs, "dp2", step) for step in (1, 2)]
     assert_reference_gates(steps)
     assert gate_failures(steps) == []
 
 
+@pytest.mark.slow  # the module fixture runs four 2-rank CLI runs; 2 ranks end to end: the last test of this file
 def test_first_step_metrics_match_single_process(runs):
     one, two = _metrics(runs, "dp1", 1), _metrics(runs, "dp2", 1)
     compared = [k for k in one if not k.startswith(("timing/", "perf/")) and k != "step"]
@@ -66,6 +68,7 @@ def test_first_step_metrics_match_single_process(runs):
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.slow  # the module fixture runs four 2-rank CLI runs; 2 ranks end to end: the last test of this file
 def test_separate_pools_train_exactly_like_one_process(runs, tmp_path):
     """Policy on rank 0, critic on rank 1: the same algorithm, so every step's metrics and the final
     weights equal the single-process run's; only where the work runs differs."""
@@ -85,6 +88,7 @@ def test_separate_pools_train_exactly_like_one_process(runs, tmp_path):
     assert shard_files == ["__0_0.distcp", "__1_0.distcp"]  # each pool wrote its own model
 
 
+@pytest.mark.slow  # the module fixture runs four 2-rank CLI runs; 2 ranks end to end: the last test of this file
 def test_cp2_trains_exactly_like_one_process(runs):
     """Both models context-parallel over the two ranks: every metric of both steps (rollouts, rewards, both
     updates, validation) equals the single-process run's, timings aside."""
@@ -96,6 +100,7 @@ def test_cp2_trains_exactly_like_one_process(runs):
             assert cp2[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (step, key)
 
 
+@pytest.mark.slow  # the module fixture runs four 2-rank CLI runs; 2 ranks end to end: the last test of this file
 def test_a_cp2_checkpoint_resumes_at_cp1_and_a_cp1_checkpoint_at_cp2(runs, sft_dir):
     shutil.copytree(runs / "cp2", runs / "cp2_to_cp1")
     shutil.copytree(runs / "dp1", runs / "cp1_to_cp2")
@@ -120,6 +125,7 @@ def test_dp2_checkpoint_resumes_at_dp1_and_dp2_alike(runs, sft_dir):
             assert at_dp2[key] == pytest.approx(at_dp1[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.slow  # the module fixture runs four 2-rank CLI runs; 2 ranks end to end: the last test of this file
 def test_export_of_a_sharded_checkpoint(runs, tmp_path):
     run_cli(["export", runs / "dp2" / "ckpt", tmp_path / "hf"], runs)
     saved = checkpoint_tensors(runs / "dp2" / "ckpt" / "step_2", tmp_path)
@@ -173,7 +179,7 @@ def test_generation_ranks_under_torchrun_equal_the_spawned_ranks(runs, sft_dir):
                 assert launched[key] == pytest.approx(spawned[key], rel=1e-4, abs=1e-6), key
 
 
-def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(sft_dir, tmp_path):
+def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(tmp_path):
     """The recipe's micro-batch (32) is more than a rank's share of FAST's global batch at dp=2 (4 of 8): it is
     clamped to the share, rank 0 says so once per model, and the step runs."""
     fast = [a for a in FAST if "micro_batch_size" not in a]
@@ -182,7 +188,7 @@ def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(sft_dir, tm
             "ppo",
             TINY,
             *fast,
-            f"sft.output_dir={sft_dir}",
+            *RANDOM_START,
             "ppo.max_num_steps=1",
             "ppo.val_at_start=false",
             "cluster.workers_per_node=2",

@@ -11,19 +11,18 @@ from dtppo.models.value import ValueModel
 from tests.support.choice_task import choice_args
 from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli, run_cli_in_process
 from tests.support.gates import assert_reference_gates, gate_failures
-from tests.support.recipes import FAST, REPO, TINY
+from tests.support.recipes import FAST, RANDOM_START, REPO, TINY
 
 
-def _ppo_args(sft_dir, *extra: str) -> list[str]:
+def _ppo_args(*extra: str) -> list[str]:
     """Two steps of two epochs each (a policy that moves shows a ratio != 1 in the second)."""
-    return ["ppo", TINY, *FAST, f"sft.output_dir={sft_dir}", "ppo.max_num_steps=2", "ppo.ppo_epochs=2", *extra]
+    return ["ppo", TINY, *FAST, *RANDOM_START, "ppo.max_num_steps=2", "ppo.ppo_epochs=2", *extra]
 
 
 @pytest.fixture(scope="module")
-def ppo_run(sft_dir, tmp_path_factory):
+def ppo_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("ppo")
     args = _ppo_args(
-        sft_dir,
         "ppo.val_period=2",
         "loss.ratio_clip_c=3.0",
         "logger.log_dir=log",
@@ -131,9 +130,9 @@ def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
     assert critic.values(ids, torch.ones_like(ids)).shape == (2, 10)
 
 
-def test_eval_scores_the_latest_checkpoint_and_plot_writes_png(ppo_run, sft_dir):
+def test_eval_scores_the_latest_checkpoint_and_plot_writes_png(ppo_run):
     cwd, _ = ppo_run
-    proc = run_cli(["eval", TINY, *FAST, f"sft.output_dir={sft_dir}", "checkpointing.checkpoint_dir=ckpt"], cwd)
+    proc = run_cli(["eval", TINY, *FAST, *RANDOM_START, "checkpointing.checkpoint_dir=ckpt"], cwd)
     logged = [r for r in read_jsonl(cwd / "log" / "metrics.jsonl") if r["step"] == 2][0]
     assert "step" in proc.stdout and "accuracy" in proc.stdout and "Q: " in proc.stdout
     accuracy = float(next(line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("accuracy")))
@@ -162,13 +161,13 @@ def test_bad_override_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
     ],
     ids=["kl-in-reward", "kl-in-loss", "critic-warmup"],
 )
-def test_one_step_variants(sft_dir, tmp_path, extra, policy_trained):
+def test_one_step_variants(tmp_path, extra, policy_trained):
     run_cli(
         [
             "ppo",
             TINY,
             *FAST,
-            f"sft.output_dir={sft_dir}",
+            *RANDOM_START,
             "ppo.max_num_steps=1",
             "ppo.val_at_start=false",
             "checkpointing.enabled=false",

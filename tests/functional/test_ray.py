@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.choice_task import choice_args
 from tests.support.cli import read_jsonl, run_cli
 from tests.support.recipes import FAST, TINY
 
@@ -55,6 +56,28 @@ def _ray_processes(marker: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
 
 
+def test_one_rank_under_ray_is_the_local_run(choice_task, ray_tmp):
+    """The Ray launcher in `make test`: one rank as a Ray actor (its scoring in a Ray actor too) trains exactly as
+    the local process, on the task PPO learns fast (tests/support/choice_task.py), and leaves no Ray process."""
+    root, files = choice_task
+    steps = ["ppo.max_num_steps=2", "ppo.val_period=2"]
+    run_cli(choice_args(files, "ray_local", *steps), root)
+    ray_args = ["cluster.backend=ray", "reward.num_workers=1", f"cluster.ray_temp_dir={ray_tmp}"]
+    proc = run_cli(choice_args(files, "ray_actor", *steps, *ray_args), root)
+    assert "ranks placed on Ray nodes: rank 0 ->" in proc.stdout
+    local = [_comparable(r) for r in read_jsonl(root / "ray_local" / "metrics.jsonl")]
+    remote = [_comparable(r) for r in read_jsonl(root / "ray_actor" / "metrics.jsonl")]
+    assert [r["step"] for r in remote] == [1, 2] and [r.keys() for r in remote] == [r.keys() for r in local]
+    # The same samples and rewards; the losses to float32 round-off: the actor computes with one thread (Ray gives
+    # it one CPU), the local process with two, which sum in another order (2-rank runs, one thread a rank on both
+    # sides, are equal bit for bit: the slow test below).
+    for ray_record, local_record in zip(remote, local):
+        assert ray_record["train/reward"] == local_record["train/reward"]
+        assert ray_record == pytest.approx(local_record, rel=1e-5, abs=1e-6)
+    assert not _ray_processes(ray_tmp) and not _ray_processes("ray::RayRank")  # clean shutdown
+
+
+@pytest.mark.slow  # a Ray cluster start and two ranks; one rank under Ray in make test: the test above
 def test_ray_backend_matches_local_backend(sft_dir, tmp_path, ray_tmp):
     token = Path.home() / ".ray" / "auth_token"
     token_before = token.stat().st_mtime if token.exists() else None
@@ -242,6 +265,7 @@ except ConnectionError as err:
 """
 
 
+@pytest.mark.slow  # a token-authenticated Ray cluster start
 def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_with_it(sft_dir, tmp_path, token_cluster):
     address, _ = token_cluster(num_nodes=1)
     # No token anywhere (an empty HOME has no ~/.ray/auth_token), then a wrong one. A short GCS wait: the

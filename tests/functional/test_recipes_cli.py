@@ -4,6 +4,7 @@ a warm start carries its weights into a new run with a fresh optimizer."""
 
 import shutil
 
+import pytest
 import torch
 
 from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
@@ -25,6 +26,7 @@ SMALL = [
 ]
 
 
+@pytest.mark.slow  # a recipe's CLI run; dynamic sampling: tests/unit/ppo/test_sample_selection.py
 def test_dapo_recipe_trains_on_groups_whose_rewards_differ(sft_dir, tmp_path):
     prompts = 4  # x 8 samples: the briefly fine-tuned model solves some of a group's samples, rarely all
     args = [
@@ -60,6 +62,7 @@ def test_dapo_recipe_trains_on_groups_whose_rewards_differ(sft_dir, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow  # two CLI runs; K passes and warm starts: tests/unit
 def test_sao_recipe_runs_k_critic_passes_and_its_critic_warm_starts_a_new_run(sft_dir, tmp_path):
     source, warm = tmp_path / "source", tmp_path / "warm"
     source.mkdir(), warm.mkdir()

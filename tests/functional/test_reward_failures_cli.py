@@ -101,6 +101,7 @@ def test_a_function_that_always_crashes_stops_a_ray_run_at_two_ranks(tmp_path):
     _stopped_by(proc, "crashed (its process died: Ray: ActorDiedError", tmp_path, ranks=2)
 
 
+@pytest.mark.slow  # at 2 ranks; one rank: the test above
 def test_a_flaky_function_is_counted_and_the_run_goes_on_at_two_ranks(tmp_path):
     proc = _run(tmp_path, "flaky", 6, "cluster.workers_per_node=2")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -46,6 +46,7 @@ def one_process(tmp_path_factory):
     return _sft(tmp_path_factory.mktemp("sft_ranks"), "dp1")
 
 
+@pytest.mark.slow  # SFT at 2 ranks (dp, cp, tp); the layouts' parity: tests/distributed
 @pytest.mark.parametrize(
     "name, layout",
     [

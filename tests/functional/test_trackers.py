@@ -115,6 +115,7 @@ def _wandb_history(run_file: Path) -> dict[int, dict]:
     return history
 
 
+@pytest.mark.slow  # two CLI runs with W&B and MLflow; the trackers: tests/unit/observability
 def test_wandb_and_mlflow_hold_the_metrics_jsonl_records_and_resume_continues_the_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the reader here, as for the runs
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")

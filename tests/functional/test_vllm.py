@@ -23,6 +23,7 @@ from tests.support.recipes import FAST, REPO, TINY
 
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.slow,  # vLLM engine builds (~80 s); vllm_engine's device logic in make test: test_vllm_devices.py
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed"),
 ]
 

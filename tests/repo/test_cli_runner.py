@@ -11,6 +11,7 @@ from tests.support import cli
 from tests.support.recipes import TINY
 
 
+@pytest.mark.slow  # a fresh interpreter per command (the point of the comparison)
 @pytest.mark.parametrize(
     "args",
     [

@@ -91,3 +91,21 @@ def _lengths(lengths: range | Sequence[int], batch: int, g: torch.Generator) -> 
     if len(lengths) != batch:
         raise ValueError(f"{len(lengths)} lengths for a batch of {batch}")
     return torch.tensor(list(lengths))
+
+
+def spy_on_packing(monkeypatch) -> list[tuple[int, int]]:
+    """Record every packing of a batch by the policy's and the critic's forward (``models.packing.pack_rows``, as
+    ``models.logprobs`` and ``models.value`` call it): (rows in, packed rows out) per call. A test that compares
+    packed with padded asserts with it that the packed path ran and packed."""
+    from dtppo.models import logprobs, packing, value
+
+    calls: list[tuple[int, int]] = []
+
+    def recorded(input_ids, attention_mask, *args, **kwargs):
+        packed = packing.pack_rows(input_ids, attention_mask, *args, **kwargs)
+        calls.append((input_ids.shape[0], packed.num_rows))
+        return packed
+
+    for module in (logprobs, value):
+        monkeypatch.setattr(module, "pack_rows", recorded)
+    return calls

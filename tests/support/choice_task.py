@@ -31,11 +31,6 @@ TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_gener
 PROMPTS = ["?", "a?", "b?", "c?", "d?", "e?", "f?", "??"]
 
 
-def first_is_a(completions: list[str], **kwargs) -> list[float]:
-    """The reward function (TRL's signature): 1.0 when the answer starts with ``a``."""
-    return [float(c[:1] == "a") for c in completions]
-
-
 def write_choice_task(root: Path) -> dict[str, Path]:
     """The task's model directory (random weights, seed 0) and training rows under ``root``."""
     model = root / "model"
@@ -76,7 +71,7 @@ def choice_args(files: dict[str, Path], log_dir: str, *extra: str) -> list[str]:
         "data.task=custom",
         f"data.train.path={files['rows']}",
         f"data.validation.path={files['rows']}",
-        f"reward.functions=[{Path(__file__).resolve()}:first_is_a]",
+        f"reward.functions=[{Path(__file__).with_name('choice_reward.py')}:first_is_a]",
         "reward.num_workers=0",
         f"policy.model.path={files['model']}",
         "policy.generation.max_new_tokens=2",

@@ -20,6 +20,10 @@ FAST = [
     "logger.tensorboard=false",
 ]
 
+# `make test`'s PPO runs start from the tiny recipe's random policy instead of an SFT model (the slow tier's share one,
+# the ``sft_dir`` fixture): what they check holds for any start, and the SFT would cost ~20 s of the tier.
+RANDOM_START = ["ppo.init_from_sft=false"]
+
 # A smaller random-init model for both roles (4 query and 2 key-value heads, as base.yaml's).
 SMALL_MODEL = [
     f"{w}.model.tiny.{k}={v}"

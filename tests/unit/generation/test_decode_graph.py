@@ -3,6 +3,7 @@ on GPUs) gives the eager sampler's tokens and log-probs on the tiny recipe's pol
 both CPU kernel sets), and its decoder is kept across rollouts with the same addresses while the weights change in
 place (an optimizer step, a refit): it then decodes with the new weights."""
 
+import pytest
 import torch
 
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
@@ -15,6 +16,7 @@ from dtppo.types import SampleRequest, SamplingParams
 from tests.support.recipes import tiny_config
 
 
+@pytest.mark.slow  # torch.compile of the decode step; compiled Gemma 3 decoding: test_decoder_families.py
 def test_compiled_decode_matches_eager_across_rollouts_with_changing_weights(tmp_path, monkeypatch):
     # Compiled here, for this process's kernel set: inductor's disk cache is not keyed by ATEN_CPU_CAPABILITY, and
     # kernels cached under the AVX-512 kernels gave NaN logits when loaded under the AVX2 ones.

@@ -241,6 +241,7 @@ def test_the_choice_is_made_on_a_meta_device_model():
         resolve_decoder(model, "static")
 
 
+@pytest.mark.slow  # torch.compile of a decode step (~25 s on a cold cache); the eager Gemma 3 decoder: above
 def test_compiled_decode_of_gemma3_matches_eager(tmp_path, monkeypatch):
     """``decode_graph`` on Gemma 3 (the family that uses every new path: two windows' masks, two RoPE kinds,
     q/k and (1 + w) norms, scaled embeddings, GELU-tanh, softcapping): the eager static decoder's tokens and

@@ -490,6 +490,7 @@ def test_hostile_case_in_the_main_thread(case):
     assert elapsed < BOUND_S, f"{case.name} took {elapsed:.3f} s"
 
 
+@pytest.mark.slow  # the catalogue again off the main thread; the main thread: the test above
 @pytest.mark.parametrize("case", HOSTILE, ids=[c.name for c in HOSTILE])
 def test_hostile_case_in_a_worker_thread(case):
     score, elapsed = _in_thread(case.response, case.truth)

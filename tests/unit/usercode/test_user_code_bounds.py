@@ -217,6 +217,7 @@ def ray_session():
         ("allocates", "out_of_memory", r"ran out of memory \(MemoryError, past reward.memory_limit_mib = 256 MiB\)"),
     ],
 )
+@pytest.mark.slow  # a Ray session; the same bounds on local scoring processes: the tests above
 def test_ray_scoring_actors_are_bounded_and_replaced(ray_session, name, kind, line):
     scorer = _scorer(name, backend="ray")
     ok = _scorer("ok", backend="ray")
