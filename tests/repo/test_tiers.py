@@ -115,3 +115,13 @@ def test_a_module_whose_only_test_is_slow_is_reported(tmp_path):
     (tests / "test_fast.py").write_text("from dtppo.types import Experience\n\ndef test_c():\n    pass\n")
     files = default_tier_imports(tests)
     assert uncovered(["dtppo.ops", "dtppo.faults", "dtppo.types"], files) == ["dtppo.ops", "dtppo.faults"]
+
+
+def test_ci_runs_both_tiers_and_refuses_skips():
+    """.ci/run: `make test`, then `make test-slow` (pytest -m slow), with DTPPO_REQUIRE_ALL=1 (tests/conftest.py)."""
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "export DTPPO_REQUIRE_ALL=1" in ci
+    assert ci.index("\nmake test\n") < ci.index("\nmake test-slow\n")
+    makefile = (REPO / "Makefile").read_text()
+    assert '-m "not slow"' in makefile.split("\ntest: ")[1].split("\n\n")[0]
+    assert "-m slow" in makefile.split("\ntest-slow: ")[1].split("\n\n")[0]
