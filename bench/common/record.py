@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.common.paths import REPO
+from dtppo.files import write_file
 
 # torch's and oneDNN's kernel choice changes the figures (docs/design.md): a command reproduces them only with these.
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
@@ -106,13 +107,11 @@ def provenance(command: str | None = None) -> dict:
 
 
 def write_json(path: Path | str, record: dict, indent: int = 1) -> None:
-    """``record`` (paths relative) to ``path``, written whole then renamed: a process killed mid-write leaves the
-    previous complete file, never half of one."""
+    """``record`` (paths relative) to ``path``, atomically (``dtppo.files.write_file``): a process killed mid-write
+    leaves the previous complete file, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(relative(record), indent=indent) + "\n")
-    os.replace(tmp, path)
+    write_file(path, json.dumps(relative(record), indent=indent) + "\n")
 
 
 def write_record(path: Path | str, payload: dict, command: str | None = None, indent: int = 1) -> dict:

@@ -43,4 +43,4 @@ def test_kill_before_the_rename_resumes_from_the_previous_step_and_reproduces_th
     state, reference = (
         torch.load(p / "trainer.pt", weights_only=True) for p in (ckpt / "step_2", tmp_path / "reference_step_2")
     )
-    assert state["loader"] == reference["loader"] and state["steps_done"] == reference["steps_done"] == 2
+    assert state["rollouts"] == reference["rollouts"] and state["steps_done"] == reference["steps_done"] == 2

@@ -114,7 +114,7 @@ def test_checkpoint_is_complete_and_exports_to_hf(ppo_run, tmp_path):
     step_dir = cwd / "ckpt" / "step_2"
     assert sorted(p.name for p in step_dir.iterdir()) == ["config.yaml", "hf", "manifest.json", "trainer.pt", "weights"]
     state = torch.load(step_dir / "trainer.pt", weights_only=True)
-    assert state["steps_done"] == 2 and state["loader"]["offset"] == 32
+    assert state["steps_done"] == 2 and state["rollouts"] == {"loader": {"epoch": 0, "offset": 32}, "step": 2}
     saved = checkpoint_tensors(step_dir, tmp_path)
     assert any(k.startswith("policy.optim.state") for k in saved)  # optimizer state is in the checkpoint
     run_cli(["export", cwd / "ckpt", tmp_path / "hf"], cwd)

@@ -45,4 +45,4 @@ def test_resume_reproduces_the_uninterrupted_run(sft_dir, tmp_path):
         assert torch.equal(tensor, b[name]), name
     trainer_a = torch.load(tmp_path / "straight/ckpt/step_4/trainer.pt", weights_only=True)
     trainer_b = torch.load(tmp_path / "split/ckpt/step_4/trainer.pt", weights_only=True)
-    assert trainer_a["loader"] == trainer_b["loader"] and trainer_a["steps_done"] == trainer_b["steps_done"] == 4
+    assert trainer_a["rollouts"] == trainer_b["rollouts"] and trainer_a["steps_done"] == trainer_b["steps_done"] == 4

@@ -73,11 +73,12 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name if name in modules else None
 
 
-# The root modules: the CLI, and what every layer shares (typed batches, masked ops, the errors, the test hooks).
-ROOT = {"cli", "types", "ops", "errors", "faults"}
+# The root modules: the CLI, and what every layer shares (typed batches, masked ops, the errors, the test hooks,
+# the atomic writes).
+ROOT = {"cli", "types", "ops", "errors", "faults", "files"}
 # A unit imports only units on earlier rows (a row's units never import each other).
 ORDER = [
-    {"config", "distributed", "types", "ops", "errors", "faults"},
+    {"config", "distributed", "types", "ops", "errors", "faults", "files"},
     {"algorithms", "data", "usercode"},
     {"models", "envs", "observability"},
     {"generation", "rewards", "checkpoint"},
@@ -157,7 +158,7 @@ def test_every_unit_imports_only_earlier_rows():
     assert order_violations(graph, ORDER) == []
     # the walk sees the layers at all: a graph that lost its edges would pass the line above
     assert {"workers", "generation", "algorithms", "rewards"} <= set(graph["ppo"])
-    assert set().union(*ORDER) == set(graph) | {"config", "distributed", "types", "ops", "errors", "faults"}
+    assert set().union(*ORDER) == set(graph) | {"config", "distributed", "types", "ops", "errors", "faults", "files"}
 
 
 def test_the_order_check_fails_on_a_planted_upward_import_and_an_unplaced_unit():

@@ -348,7 +348,7 @@ def _compare(cwd: Path, name: str, reference: str, steps: int, result: TrialResu
         torch.load(cwd / n / "ckpt" / f"step_{steps}" / "trainer.pt", weights_only=True) for n in (name, reference)
     )
     result.trainer_state_equal = (
-        ta["loader"] == tb["loader"]
+        ta["rollouts"]["loader"] == tb["rollouts"]["loader"]
         and ta["steps_done"] == tb["steps_done"] == steps
         and ta["policy"] == tb["policy"]
         and ta["value"] == tb["value"]

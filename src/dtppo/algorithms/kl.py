@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import torch
 
-_MAX_LOG_RATIO = 20.0
+MAX_LOG_RATIO = 20.0
 _MAX_KL = 10.0
 
 
 def _log_ratio(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    return (ref_logprobs - logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return (ref_logprobs - logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -61,11 +61,11 @@ def kl_loss_surrogate(
     log(π_ref/π) = 4 it gives +10 per token where ∇KL gives −4), on the tokens farthest from the reference.
     """
     # ρ is clamped like the estimators' own log-ratio, so a token the generator found unlikely cannot blow up.
-    rho = torch.exp((logprobs - gen_logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    rho = torch.exp((logprobs - gen_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
     estimate = kl_estimate(name, logprobs, ref_logprobs)
     term = (rho.detach() if name == "k2" else rho) * estimate
     logr = (ref_logprobs - logprobs).detach()
-    clamped = (estimate.detach().abs() >= _MAX_KL) | (logr.abs() >= _MAX_LOG_RATIO)
+    clamped = (estimate.detach().abs() >= _MAX_KL) | (logr.abs() >= MAX_LOG_RATIO)
     return torch.where(clamped, term.detach(), term)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from dtppo.algorithms.kl import kl_loss_surrogate
+from dtppo.algorithms.kl import MAX_LOG_RATIO, kl_loss_surrogate
 from dtppo.ops import masked_max, masked_min, masked_sum, weighted_sum
 
 
@@ -43,7 +43,9 @@ def policy_loss(
     The in-loss KL is :func:`~dtppo.algorithms.kl.kl_loss_surrogate` (expected gradient ∇KL(π‖π_ref)).
     ``approx_entropy`` estimates H(π) from samples of π_gen: E_gen[−(π/π_gen)·log π] = H(π).
     """
-    ratio = torch.exp(logprobs - old_logprobs)
+    # Clamped before exp, as the KL's log-ratio (algorithms.kl): a ratio of e^20 is far outside any clip band, while
+    # exp overflows float32 past ~88 and one stale or broken log-prob would turn the step's loss into inf or NaN.
+    ratio = torch.exp((logprobs - old_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
     ratio_clamped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss_unclipped = -advantages * ratio
     loss_clipped = -advantages * ratio_clamped
@@ -58,7 +60,9 @@ def policy_loss(
         "probs_ratio_clamped_min": masked_min(ratio_clamped, mask),
         "probs_ratio_clamped_max": masked_max(ratio_clamped, mask),
         "clipfrac_sum": masked_sum((loss_clipped > loss_unclipped).float(), mask),
-        "approx_entropy_sum": masked_sum(-torch.exp(logprobs - gen_logprobs) * logprobs, mask),
+        "approx_entropy_sum": masked_sum(
+            -torch.exp((logprobs - gen_logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)) * logprobs, mask
+        ),
     }
     if ref_logprobs is not None and kl_coef > 0.0:
         # Logged once per step from the rollout (train/kl_penalty), not per microbatch here.

@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor
 from dtppo.distributed.comm import all_reduce, broadcast, is_distributed, rank
 from dtppo.errors import CheckpointError
 from dtppo.faults import pause_in_checkpoint
+from dtppo.files import discard_dir, replace_dir
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _UNSUPPORTED = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
@@ -190,13 +191,11 @@ def _commit(
     _write_bytes(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
     _fsync_tree(tmp)
     pause_in_checkpoint()
-    if final.exists():
-        _discard(final)
-    os.replace(tmp, final)
+    replace_dir(tmp, final)
     _fsync_tree(root, recurse=False)
     for old in complete_steps(root)[:-keep_last]:
         try:
-            _discard(root / f"step_{old}")
+            discard_dir(root / f"step_{old}")
         except OSError as err:  # the new checkpoint is whole; a failed prune only costs disk
             print(f"warning: could not remove old checkpoint {root / f'step_{old}'}: {err}", flush=True)
 
@@ -204,14 +203,6 @@ def _commit(
 def _write_bytes(path: Path, data: bytes) -> None:
     with path.open("wb") as fh:
         fh.write(data)
-
-
-def _discard(step_dir: Path) -> None:
-    """Remove a ``step_N`` without ever exposing a partial one: rename it to a ``tmp_`` name first."""
-    trash = step_dir.with_name(f"tmp_discard_{step_dir.name}")
-    shutil.rmtree(trash, ignore_errors=True)
-    os.replace(step_dir, trash)
-    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _write_failure(final: Path, part: str, err: BaseException) -> str:
@@ -277,7 +268,16 @@ def load(path: str | Path, sharded: dict[str, Any], local: bool = False) -> tupl
         raise CheckpointError(_refusal(path / WEIGHTS_DIR, err)) from None
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise CheckpointError(f"cannot load {path / WEIGHTS_DIR}: {_first_line(err)}") from None
-    return _load_replicated(path / TRAINER_FILE), read_config(path)
+    return _upgrade(_load_replicated(path / TRAINER_FILE)), read_config(path)
+
+
+def _upgrade(replicated: dict[str, Any]) -> dict[str, Any]:
+    """The replicated state in today's layout. Checkpoints written before 2026-12-07 kept the loader's position
+    beside the rollouts' state (``loader``), not in it with the step it is for."""
+    if "loader" in replicated:
+        rollouts = dict(replicated.pop("rollouts", None) or {})
+        replicated["rollouts"] = rollouts | {"loader": replicated.pop("loader"), "step": int(replicated["steps_done"])}
+    return replicated
 
 
 def _load_replicated(file: Path) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from dtppo.algorithms.losses import EV_MIN_RETURNS_VAR
 from dtppo.errors import InputError
+from dtppo.files import write_file
 
 if TYPE_CHECKING:
     from dtppo.observability.trackers import Tracker
@@ -79,9 +79,7 @@ class MetricsLogger:
                 continue
             if step > 0 and record_step <= step:
                 kept.append(line)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
+        write_file(self.path, "".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from dtppo.config import LoggerConfig, MlflowConfig, WandbConfig
 from dtppo.errors import InputError
+from dtppo.files import write_file
 
 
 class Tracker(Protocol):
@@ -99,6 +100,25 @@ def mlflow_name(name: str) -> str:
     return name
 
 
+class TrackerRuns:
+    """The W&B / MLflow run ids of a PPO run (rank 0), kept in its checkpoints so that a resumed run continues them."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str] = {}
+
+    def open(self, cfg: LoggerConfig, config: dict[str, Any]) -> list[Tracker]:
+        """The enabled trackers (``open_trackers``), continuing the runs of ``ids``; their ids kept."""
+        trackers = open_trackers(cfg, config, self.ids)
+        self.ids = {t.name: t.run_id for t in trackers}
+        return trackers
+
+    def state_dict(self) -> dict[str, str]:
+        return dict(self.ids)
+
+    def load_state_dict(self, state: dict[str, str] | None) -> None:
+        self.ids = dict(state or {})  # None: a checkpoint written before trackers existed
+
+
 def open_trackers(cfg: LoggerConfig, config: dict[str, Any], run_ids: dict[str, str]) -> list[Tracker]:
     """The enabled trackers, continuing the runs in ``run_ids`` ({"wandb": id, "mlflow": id}, from the
     checkpoint) or starting new ones; their ids are written to ``<log_dir>/trackers.json``."""
@@ -108,7 +128,7 @@ def open_trackers(cfg: LoggerConfig, config: dict[str, Any], run_ids: dict[str, 
     Path(cfg.log_dir).mkdir(parents=True, exist_ok=True)
     trackers = [_start(name, cfg, config, run_ids.get(name)) for name in names]
     ids = {t.name: t.run_id for t in trackers}
-    (Path(cfg.log_dir) / "trackers.json").write_text(json.dumps(ids, indent=1) + "\n")
+    write_file(Path(cfg.log_dir) / "trackers.json", json.dumps(ids, indent=1) + "\n")
     return trackers
 
 

@@ -87,6 +87,8 @@ class CriticWarmup:
     def state_dict(self) -> dict:
         return {"history": list(self.history), "ended_at": self.ended_at}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict | None) -> None:
+        if state is None:  # a checkpoint written before value.warmup_until_ev: the fixed warmup, as built
+            return
         self.history = [float(x) for x in state["history"]]
         self.ended_at = None if state["ended_at"] is None else int(state["ended_at"])

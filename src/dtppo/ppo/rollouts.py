@@ -59,7 +59,8 @@ class PromptQueue:
         self.cfg, self.tokenizer, self.loader = cfg, tokenizer, loader
         self.batches: dict[int, tuple[list[Problem], list[list[int]]]] = {}
         self.positions: dict[int, dict[str, int]] = {}
-        self.next_step = 0
+        self.next_step = 0  # the next batch to draw
+        self.step = 0  # the next step to train
 
     def draw_through(self, step: int) -> tuple[list[Problem], list[list[int]]]:
         """Draw every batch up to ``step``'s; return step's (problems, prompt token ids)."""
@@ -81,16 +82,22 @@ class PromptQueue:
         """Step's batch (drawing it if needed), forgotten here: the step is training on it."""
         batch = self.draw_through(step)
         del self.batches[step], self.positions[step]
+        self.step = step + 1
         return batch
 
     def position(self, step: int) -> dict[str, int]:
         """The loader's position before step's batch (drawn or not yet)."""
         return self.positions[step] if step in self.positions else self.loader.state_dict()
 
-    def restart(self, position: dict[str, int], step: int) -> None:
-        """Continue from a checkpoint: the loader at ``position``, the next batch drawn being step's."""
-        self.loader.load_state_dict(position)
-        self.batches, self.positions, self.next_step = {}, {}, step
+    def state_dict(self) -> dict:
+        """Where the next step to train draws its batch from: the loader's position before it, and its number."""
+        return {"loader": self.position(self.step), "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a checkpoint: the loader at its position, the next batch drawn being its step's."""
+        self.loader.load_state_dict(state["loader"])
+        self.batches, self.positions = {}, {}
+        self.next_step = self.step = int(state["step"])
 
 
 def rollout_request(
@@ -144,10 +151,11 @@ class LocalRollouts:
             return self.policy.sample_validation(problems, step)
 
     def state_dict(self) -> dict:
-        return {}
+        """Where the next step draws its batch (``PromptQueue.state_dict``)."""
+        return self.prompts.state_dict()
 
-    def restore(self, position: dict[str, int], state: dict, steps_done: int) -> None:
-        """Resume before step ``steps_done``'s batch. Batches an asynchronous run had in flight are not used: this
+    def load_state_dict(self, state: dict) -> None:
+        """Resume before the checkpoint's next step. Batches an asynchronous run had in flight are not used: this
         run samples those steps again, from the current policy (``dtppo eval`` resumes any checkpoint so)."""
         if state.get("in_flight") and is_main_rank():
             print(
@@ -155,7 +163,7 @@ class LocalRollouts:
                 f"{state['max_lag']}; without generation ranks they are sampled again",
                 flush=True,
             )
-        self.prompts.restart(position, steps_done)
+        self.prompts.load_state_dict(state)
 
     def close(self) -> None:
         self.policy.close()
@@ -226,15 +234,16 @@ class RemoteRollouts:
         return sample_responses(self.client, self.prompts.tokenizer, problems, self.cfg, step)
 
     def state_dict(self) -> dict:
-        """Rank 0: every batch in flight (received first), with the lag they were sampled for."""
-        if self.client is None:
-            return {}
-        self.client.collect_all()
-        in_flight = {str(j): _batch_state(b) for j, b in sorted(self.client.received.items())}
-        return {"max_lag": self.lag, "in_flight": in_flight}
+        """Where the next step draws its batch (``PromptQueue.state_dict``) and, on rank 0, every batch in flight
+        (received first), with the lag they were sampled for."""
+        state = self.prompts.state_dict() | {"max_lag": self.lag}
+        if self.client is not None:
+            self.client.collect_all()
+            state["in_flight"] = {str(j): _batch_state(b) for j, b in sorted(self.client.received.items())}
+        return state
 
-    def restore(self, position: dict[str, int], state: dict, steps_done: int) -> None:
-        """Resume: the loader before step ``steps_done``'s batch, and the batches that were in flight, their
+    def load_state_dict(self, state: dict) -> None:
+        """Resume: the loader before the checkpoint's next step, and the batches that were in flight, their
         prompts drawn again (and checked against the stored rows)."""
         written = int(state.get("max_lag", 0))
         if written != self.lag:
@@ -242,7 +251,7 @@ class RemoteRollouts:
                 f"ppo.max_lag: the checkpoint was written with ppo.max_lag={written} (its batches in flight were "
                 f"sampled for that lag); resume it with the same value, not {self.lag}"
             )
-        self.prompts.restart(position, steps_done)
+        self.prompts.load_state_dict(state)
         for tag, stored in sorted(state.get("in_flight", {}).items(), key=lambda item: int(item[0])):
             step = int(tag)
             _, prompts = self.prompts.draw_through(step)

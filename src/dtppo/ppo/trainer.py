@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
@@ -18,7 +18,7 @@ from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.observability.logger import MetricsLogger
 from dtppo.observability.metrics import to_floats
-from dtppo.observability.trackers import open_trackers
+from dtppo.observability.trackers import TrackerRuns
 from dtppo.ppo.advantage_estimator import build_estimator
 from dtppo.ppo.critic_warmup import CriticWarmup, critic_fit, defined_ev
 from dtppo.ppo.dynamic_sampling import build_group_filter
@@ -33,6 +33,14 @@ from dtppo.workers.layout import RankLayout
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.role import PolicyRole, ValueRole
 from dtppo.workers.value import ValueWorker
+
+
+class Stateful(Protocol):
+    """A part of the trainer that a checkpoint saves and restores by itself."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None: ...
 
 
 class PPOTrainer:
@@ -87,7 +95,7 @@ class PPOTrainer:
         if is_main_rank():
             for note in batch_clamp_notes(cfg):
                 print(note, flush=True)
-        self.tracker_runs: dict[str, str] = {}  # rank 0: W&B / MLflow run ids, continued on resume
+        self.trackers = TrackerRuns()  # rank 0: the W&B / MLflow runs, continued on resume
 
     # ------------------------------------------------------------------------------------------ one step
 
@@ -102,13 +110,18 @@ class PPOTrainer:
 
         with timer("prompts"):  # drawn (and, with generation ranks, requested) up to ppo.max_lag steps ahead
             self.rollouts.submit(self.steps_done)
-
-        # generation, reward (and overlong shaping), the critic's values; with dynamic sampling, until the step
-        # holds enough groups that carry a signal
-        batch = self._scored_rollout(timer)
+        with timer("generation"):
+            rollout = self.rollouts.take(self.steps_done)
+        with timer("reward"):  # overlong shaping included
+            rollout, scored = self._rewarded(rollout)
+        if self.value is not None:
+            with timer("value_inference"), self.value.inference():
+                rollout = self._valued(rollout)
+        # dynamic sampling: more batches (the three phases above again) until enough prompt groups carry a signal
+        batch = self._kept_groups(rollout, scored, timer)
         experience = batch.rollout.experience
-        scored = experience.sample_mask  # None unless a reward chunk failed: its samples leave training from here
-        if scored is not None and not scored.any():
+        known = experience.sample_mask  # None unless a reward chunk failed: its samples leave training from here
+        if known is not None and not known.any():
             return self._unscored_step(batch, timer, step_start)
 
         with timer("policy_logprobs"), self.policy.inference():
@@ -151,35 +164,42 @@ class PPOTrainer:
         self.steps_done += 1
         return metrics | to_floats(timing_metrics(timer, None, time.perf_counter() - step_start))
 
-    def _scored_rollout(self, timer: PhaseTimer) -> ScoredBatch:
-        """This step's samples with their rewards (and the critic's values). With ``ppo.dynamic_sampling``, the
-        first ``ppo.num_prompts_per_step`` groups that pass its criterion, from as many batches as that takes."""
-        rollout, scored = self._scored_batch(timer, extra=0)
+    def _rewarded(self, rollout: Rollout) -> tuple[Rollout, RewardBreakdown | None]:
+        """``rollout`` with its rewards (overlong shaping included) on every rank; the reward parts on rank 0, None
+        elsewhere. A sample whose reward chunk failed leaves training (``sample_mask``): no reward is known for it."""
+        experience = rollout.experience
+        rewards, failed, scored = torch.zeros(experience.batch_size), torch.zeros(experience.batch_size), None
+        if self.rewarder is not None:
+            scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
+            rewards, failed = scored.total, scored.failed.float()
+        rewards, failed = broadcast(torch.stack([rewards, failed]))
+        experience = experience.replace(rewards=rewards + overlong_penalties(experience, self.cfg))
+        if failed.any():
+            experience = experience.replace(sample_mask=1.0 - failed)
+        return dataclasses.replace(rollout, experience=experience), scored
+
+    def _valued(self, rollout: Rollout) -> Rollout:
+        """``rollout`` with the critic's values of its tokens (``old_values``)."""
+        experience = rollout.experience.replace(old_values=self.value.get_values(rollout.experience))
+        return dataclasses.replace(rollout, experience=experience)
+
+    def _kept_groups(self, rollout: Rollout, scored: RewardBreakdown | None, timer: PhaseTimer) -> ScoredBatch:
+        """The batch the step trains on: ``rollout`` whole, or with ``ppo.dynamic_sampling`` the first
+        ``ppo.num_prompts_per_step`` groups that pass its criterion, from as many more batches as that takes."""
         if self.group_filter is None:
             return ScoredBatch(rollout, scored.means() if scored is not None else {}, {})
-        more = functools.partial(self._scored_batch, timer)
-        return self.group_filter.fill(rollout, scored, more, self.tokenizer.pad_token_id)
 
-    def _scored_batch(self, timer: PhaseTimer, extra: int) -> tuple[Rollout, RewardBreakdown | None]:
-        """One batch (the step's own, or dynamic sampling's ``extra``-th more) sampled, rewarded (overlong shaping
-        included) and valued by the critic; the reward parts on rank 0, None elsewhere."""
-        with timer("generation"):
-            step = self.steps_done
-            rollout = self.rollouts.take(step) if extra == 0 else self.rollouts.take_extra(step, extra)
-            experience = rollout.experience
-        with timer("reward"):
-            rewards, failed, scored = torch.zeros(experience.batch_size), torch.zeros(experience.batch_size), None
-            if self.rewarder is not None:
-                scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
-                rewards, failed = scored.total, scored.failed.float()
-            rewards, failed = broadcast(torch.stack([rewards, failed]))
-            experience = experience.replace(rewards=rewards + overlong_penalties(experience, self.cfg))
-            if failed.any():  # no reward is known for them: not trained as if it were 0
-                experience = experience.replace(sample_mask=1.0 - failed)
-        if self.value is not None:
-            with timer("value_inference"), self.value.inference():
-                experience = experience.replace(old_values=self.value.get_values(experience))
-        return dataclasses.replace(rollout, experience=experience), scored
+        def more(extra: int) -> tuple[Rollout, RewardBreakdown | None]:
+            with timer("generation"):
+                rollout = self.rollouts.take_extra(self.steps_done, extra)
+            with timer("reward"):
+                rollout, scored = self._rewarded(rollout)
+            if self.value is not None:
+                with timer("value_inference"), self.value.inference():
+                    rollout = self._valued(rollout)
+            return rollout, scored
+
+        return self.group_filter.fill(rollout, scored, more, self.tokenizer.pad_token_id)
 
     def _update(self, experience: Experience, train_policy: bool, timer: PhaseTimer) -> dict[str, list[dict]]:
         """``ppo.ppo_epochs`` epochs of the critic's update (``value.updates_per_step`` passes each) and (when
@@ -236,8 +256,7 @@ class PPOTrainer:
         cfg = self.cfg
         self.maybe_resume()
         # Every rank runs the same loop; rank 0 alone writes logs (all metrics are already reduced).
-        trackers = open_trackers(cfg.logger, cfg.to_dict(), self.tracker_runs) if is_main_rank() else []
-        self.tracker_runs = {t.name: t.run_id for t in trackers}
+        trackers = self.trackers.open(cfg.logger, cfg.to_dict()) if is_main_rank() else []
         logger = MetricsLogger(
             cfg.logger.log_dir,
             cfg.ppo.max_num_steps,
@@ -279,15 +298,11 @@ class PPOTrainer:
     def save(self) -> Path:
         """Collective over all ranks: each pool writes its shards, rank 0 the replicated state."""
         sharded = self._sharded_state()
-        replicated = {
+        replicated = {name: part.state_dict() for name, part in self._stateful().items()}
+        replicated |= {
             "policy": self.policy.replicated_state(),
-            "loader": self.rollouts.prompts.position(self.steps_done),
-            "rollouts": self.rollouts.state_dict(),  # the batches in flight (rank 0; empty when synchronous)
             "rng": store.rng_state(),
             "steps_done": self.steps_done,
-            "warmup": self.warmup.state_dict(),
-            "trackers": self.tracker_runs,
-            "reward_failures": self.rewarder.budget.state_dict() if self.rewarder is not None else {},
         }
         if self.value is not None:
             replicated["value"] = self.value.replicated_state()
@@ -301,6 +316,14 @@ class PPOTrainer:
             ckpt.keep_last,
             self.model_files,
         )
+
+    def _stateful(self) -> dict[str, Stateful]:
+        """What a checkpoint holds besides the models, the RNG and the step count, by key: the rollouts (the loader's
+        position, the batches in flight), the critic's warmup, the trackers' runs and (rank 0) the reward failures."""
+        parts: dict[str, Stateful] = {"rollouts": self.rollouts, "warmup": self.warmup, "trackers": self.trackers}
+        if self.rewarder is not None:
+            parts["reward_failures"] = self.rewarder.budget
+        return parts
 
     def _sharded_state(self) -> dict[str, dict]:
         """The model and optimizer state this rank holds, keyed by role (a rank in one pool has one role)."""
@@ -326,13 +349,8 @@ class PPOTrainer:
         if self.value is not None:
             self.value.load_checkpoint(sharded.get("value"), replicated["value"])
         self.steps_done = int(replicated["steps_done"])
-        if "warmup" in replicated:  # absent in checkpoints written before value.warmup_until_ev (a fixed warmup)
-            self.warmup.load_state_dict(replicated["warmup"])
-        # Written before asynchronous PPO: no "rollouts" (nothing was in flight).
-        self.rollouts.restore(replicated["loader"], replicated.get("rollouts", {}), self.steps_done)
+        for name, part in self._stateful().items():
+            part.load_state_dict(replicated.get(name))  # None: a checkpoint written before the part existed
         store.set_rng_state(replicated["rng"])
-        self.tracker_runs = replicated.get("trackers", {})  # absent in checkpoints written before trackers
-        if self.rewarder is not None and replicated.get("reward_failures"):  # absent before the failure budget
-            self.rewarder.budget.load_state_dict(replicated["reward_failures"])
         if is_main_rank():
             print(f"resumed from {path}", flush=True)

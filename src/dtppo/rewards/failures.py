@@ -101,6 +101,8 @@ class FailureBudget:
         """The window (completed steps only: a checkpoint is written between steps)."""
         return {"steps": [[n, [list(f) for f in step]] for n, step in self.steps]}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict | None) -> None:
         self.steps.clear()
+        if not state:  # a checkpoint written before the failure budget: an empty window
+            return
         self.steps.extend((int(n), [tuple(f) for f in step]) for n, step in state["steps"])

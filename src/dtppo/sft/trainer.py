@@ -33,6 +33,7 @@ from dtppo.distributed.context import ContextShards
 from dtppo.envs.client import EnvClient
 from dtppo.envs.transcripts import transcript_episodes
 from dtppo.errors import BelowFloorError, InputError
+from dtppo.files import replace_dir
 from dtppo.generation.episodes import EpisodeGenerator
 from dtppo.generation.generator import Generator, TorchGenerator
 from dtppo.generation.responses import sample_responses
@@ -363,8 +364,7 @@ def _save_atomic(
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / RESULTS_FILE).write_text(json.dumps(results, indent=1))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
+    replace_dir(tmp, out_dir)
 
 
 def sft_is_done(cfg: Config) -> bool:

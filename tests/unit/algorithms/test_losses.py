@@ -42,6 +42,20 @@ def test_policy_loss_gradient_sign_increases_advantaged_tokens():
     assert lp.grad[0, 0] < 0 < lp.grad[0, 1]  # descent raises log π of the A>0 token, lowers the A<0 one
 
 
+def test_a_log_ratio_past_the_float32_range_gives_a_finite_loss_and_gradient():
+    """A broken old log-prob 100 nats below the current one: the ratio e^100 overflows float32 (the negative control:
+    the unclamped objective is inf); the loss clamps the log-ratio to ±20 first and the dual clip bounds the term,
+    while the other token's gradient is the plain PPO one."""
+    lp = torch.tensor([[-0.5, -0.5]], requires_grad=True)
+    old, adv, mask = torch.tensor([[-0.5, -100.5]]), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2)
+    assert torch.isinf(-adv * torch.exp(lp.detach() - old)).any()
+    loss, stats = policy_loss(lp, old, adv, mask, 0.2, 0.2, 3.0, gen_logprobs=old)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(lp.grad).all() and all(torch.isfinite(v) for v in stats.values())
+    assert loss.item() == pytest.approx(-1.0 + 3.0)  # token 1: -A·r = -1; token 2: the dual clip's -c·A = 3
+    assert lp.grad[0, 0].item() == pytest.approx(-1.0) and lp.grad[0, 1].item() == 0.0
+
+
 def test_policy_loss_in_loss_kl():
     lp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -1.0]])
     mask = torch.ones(1, 2)

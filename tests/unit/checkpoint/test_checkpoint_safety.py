@@ -62,7 +62,8 @@ def test_trainer_state_is_plain_data_and_rng_states_round_trip(tmp_path):
     torch.load(step_dir / checkpoint.TRAINER_FILE, weights_only=True)
     replicated, _ = checkpoint.load(step_dir, {"policy": {"model": {"w": torch.zeros(2, 3)}}})
     checkpoint.set_rng_state(replicated["rng"])
-    assert replicated["loader"] == {"epoch": 1, "offset": 7} and replicated["steps_done"] == 3
+    # written in the layout before 2026-12-07 (the loader beside the rollouts): read in today's
+    assert replicated["rollouts"] == {"loader": {"epoch": 1, "offset": 7}, "step": 3} and replicated["steps_done"] == 3
     assert torch.equal(torch.rand(4), expected[0])
     assert [random.random() for _ in range(4)] == expected[1]
     assert np.array_equal(np.random.standard_normal(4), expected[2])

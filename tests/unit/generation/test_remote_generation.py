@@ -97,9 +97,11 @@ def test_batches_drawn_ahead_are_the_batches_drawn_in_step(repo_root, monkeypatc
     in_step, ahead = queue(), queue()
     one_by_one = [in_step.pop(step) for step in range(4)]
     ahead.draw_through(3)
-    position = ahead.position(2)  # where step 2's draw began: what a checkpoint after step 1 records
-    assert [ahead.pop(step) for step in range(4)] == one_by_one
+    assert [ahead.pop(step) for step in range(2)] == one_by_one[:2]
+    state = ahead.state_dict()  # what a checkpoint after step 1 records: where step 2's draw began
+    assert state == {"loader": ahead.position(2), "step": 2}
+    assert [ahead.pop(step) for step in (2, 3)] == one_by_one[2:]
     assert [p.question for p in one_by_one[0][0][:2]] == [one_by_one[0][0][0].question] * 2  # each prompt twice
     resumed = queue()
-    resumed.restart(position, 2)
+    resumed.load_state_dict(state)
     assert [resumed.pop(step) for step in (2, 3)] == one_by_one[2:]
