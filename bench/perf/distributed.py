@@ -17,7 +17,7 @@ import torch
 from bench.common.paths import PERF
 from bench.common.record import command_line, write_record
 from dtppo.distributed.comm import all_reduce, rank
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.value import ValueWorker
@@ -53,7 +53,7 @@ def measure(overrides: list[str], steps: int, batch: int, out_path: str) -> None
             if step > 0:
                 times[name].append(elapsed)
     memory = {
-        name: float(all_reduce(torch.tensor(float(_local_bytes(w.engine))), "max"))
+        name: float(all_reduce(torch.tensor(float(_local_bytes(w.updater))), "max"))
         for name, w in (("critic", value), ("policy", policy))
     }
     if rank() == 0:

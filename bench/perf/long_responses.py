@@ -141,7 +141,7 @@ def point(length: int, layout: str, cp: int, what: str) -> dict:
     """One measurement in this (fresh) process."""
     if cp == 1:
         return measure(length, layout, what)
-    from dtppo.distributed.launch import run_ranks
+    from dtppo.distributed.ranks import run_ranks
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ranks.json")

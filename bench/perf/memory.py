@@ -185,7 +185,7 @@ def in_child(rank_fn: str, args: tuple, ranks: int, timeout: float | None = None
         call = ", ".join(repr(a) for a in (*args, out))
         code = (
             "from bench.perf import memory; "
-            "from dtppo.distributed.launch import run_ranks; "
+            "from dtppo.distributed.ranks import run_ranks; "
             f"run_ranks(memory.{rank_fn}, {ranks}, {call})"
         )
         env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // ranks)))
@@ -247,7 +247,7 @@ FEATURES = ("off", "activation_checkpointing", "cpu_offload")
 
 def features_step(role: str, feature: str, layers: int) -> dict:
     """One training step of ``role`` ("policy" | "critic") with ``feature`` on, after a short warm-up step, phase by
-    phase (as TrainEngine.train runs one micro-batch): MiB resident before it, MiB still held after the forward (what
+    phase (as Updater.train runs one micro-batch): MiB resident before it, MiB still held after the forward (what
     backward needs: activations), the forward + backward's peak and the optimizer step's (clip + AdamW) peak, each
     over the RSS its phase started from, and each phase's seconds; on CUDA also the device's MiB."""
     import torch
@@ -310,11 +310,11 @@ def features_step(role: str, feature: str, layers: int) -> dict:
 
 
 def _engine(model, layout):
-    """The workers' TrainEngine (AdamW at its defaults, clipping at 1) for ``model`` on ``layout``'s ranks."""
+    """The workers' Updater (AdamW at its defaults, clipping at 1) for ``model`` on ``layout``'s ranks."""
     from dtppo.config import OptimizerConfig, SchedulerConfig
-    from dtppo.workers.engine import TrainEngine
+    from dtppo.workers.updater import Updater
 
-    return TrainEngine(
+    return Updater(
         model,
         OptimizerConfig(),
         SchedulerConfig(),

@@ -33,7 +33,7 @@ from bench.common.paths import PERF
 from bench.common.record import kernels_prefix, write_record
 from bench.common.workload import MODEL_20M, make_config, matmul_peak_gflops, rollout_batch, train_flops
 from dtppo.distributed.comm import all_gather_rows, all_reduce, barrier, rank, world_size
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.types import balanced_rows, block_rows
 from dtppo.workers.policy import PolicyWorker

@@ -129,7 +129,7 @@ class SampleRequest:
     stream_key``) which, with sample_ids ([B] int64 global sample indices), alone decides the random draws, so
     a request answered in parts, in any order or on any rank, samples the same tokens; rows: each prompt's
     columns (``envs.interface.episode_row``), which multi-turn episodes reset their environment with (None for
-    an engine sampling single responses, which does not read them)."""
+    a generator sampling single responses, which does not read them)."""
 
     prompts: list[list[int]]
     params: SamplingParams
@@ -175,7 +175,7 @@ class Experience:
     turn_rewards:    [B, T] float32, the environment's reward for each turn on the turn's last action token
                      (``rewards`` is the reward functions' score of the episode's final answer); None = single-turn
     episode_end:     [B] int64, how each episode ended (an index into ``EPISODE_ENDS``); None = single-turn
-    loss_weights:    [B, T] float32, set by the training engine on each minibatch: the weight of each token's loss
+    loss_weights:    [B, T] float32, set by the updater on each minibatch: the weight of each token's loss
                      in the minibatch's loss (``algorithms.aggregation``); None outside an update
     """
 

@@ -11,7 +11,7 @@ from dtppo.models.logprobs import token_logprobs
 from dtppo.ops import weighted_sum
 from dtppo.workers.layout import RankLayout
 from tests.support.batches import synthetic_experience
-from tests.support.harness import capture_first_gradients, full_state_dict, layout_engine, run
+from tests.support.harness import capture_first_gradients, full_state_dict, layout_updater, run
 from tests.support.parity import FORWARD_TOL, GRAD_RTOL, assert_same_step, relative_gradient_diff
 
 VOCAB = 50
@@ -34,7 +34,7 @@ def aggregation_round(overrides: list[str], out_path: str) -> None:
     for mode in MODES:
         for micro, budget in ((1, None), (8 // world, None), (8 // world, BUDGET)):
             model = layout.wrap(_model())
-            engine = layout_engine(model, layout, max_grad_norm=100.0, aggregation=mode, horizon=16)
+            engine = layout_updater(model, layout, max_grad_norm=100.0, aggregation=mode, horizon=16)
             initial, grads = full_state_dict(model), capture_first_gradients(model, engine.optimizer)
 
             def loss(micro_batch, model=model):

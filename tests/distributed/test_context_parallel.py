@@ -16,7 +16,7 @@ import torch
 from dtppo.algorithms.advantages import right_shift_values
 from dtppo.distributed.comm import rank
 from dtppo.distributed.context import ContextShards
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.models.context import ContextForward
 from tests.support.harness import run, worker_round
 from tests.support.parity import LAYOUTS, MICRO, assert_same_update

@@ -13,7 +13,7 @@ from torch.distributed.tensor.debug import CommDebugMode
 from dtppo.config import ParallelConfig, TinyModelConfig
 from dtppo.distributed.comm import rank
 from dtppo.distributed.grad_norm import clip_grad_norm_, global_grad_norm
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.models.causal_lm import build_causal_lm
 from dtppo.ops import logprobs_from_logits
 from dtppo.workers.layout import RankLayout

@@ -13,7 +13,7 @@ from tests.support.killing import kill_group, rank_processes, settle
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER = """
 import sys
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from tests.distributed.test_launch_stop import wait_forever
 run_ranks(wait_forever, 2, sys.argv[1])
 """

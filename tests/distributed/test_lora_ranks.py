@@ -47,7 +47,10 @@ def _inspect(policy, value) -> dict:
             "policy": sorted(n for n, p in policy.model.named_parameters() if p.requires_grad),
             "value": sorted(n for n, p in value.model.named_parameters() if p.requires_grad),
         },
-        "optimizer_states": {"policy": len(policy.engine.optimizer.state), "value": len(value.engine.optimizer.state)},
+        "optimizer_states": {
+            "policy": len(policy.updater.optimizer.state),
+            "value": len(value.updater.optimizer.state),
+        },
     }
 
 

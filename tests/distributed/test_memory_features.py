@@ -20,10 +20,10 @@ from dtppo.distributed.parallelize import decoder_layers
 from dtppo.models.logprobs import token_logprobs
 from dtppo.models.value import ValueModel
 from dtppo.ops import weighted_sum
-from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
+from dtppo.workers.updater import Updater
 from tests.support.batches import synthetic_experience
-from tests.support.harness import full_state_dict, layout_engine, run, worker_results
+from tests.support.harness import full_state_dict, layout_updater, run, worker_results
 
 VOCAB, LAYERS = 64, 2
 # name: (activation_checkpointing, cpu_offload, unsharded_grad_accumulation)
@@ -72,9 +72,9 @@ def _loss_fn(role: str, model: torch.nn.Module):
     return loss
 
 
-def _engine(role: str, layout: RankLayout, ac: bool, offload: bool, unsharded: bool) -> TrainEngine:
+def _engine(role: str, layout: RankLayout, ac: bool, offload: bool, unsharded: bool) -> Updater:
     model = layout.wrap(_model(role), activation_checkpointing=ac, cpu_offload=offload)
-    return layout_engine(model, layout, unsharded_accumulation=unsharded)
+    return layout_updater(model, layout, unsharded_accumulation=unsharded)
 
 
 def _offload_policies(model: torch.nn.Module) -> set[str]:

@@ -11,7 +11,7 @@ from dtppo.distributed.parallelize import decoder_layers
 from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.workers.layout import RankLayout
 from tests.support.batches import synthetic_experience
-from tests.support.harness import capture_first_gradients, full_state_dict, layout_engine, run
+from tests.support.harness import capture_first_gradients, full_state_dict, layout_updater, run
 from tests.support.parity import FORWARD_TOL, assert_same_step
 
 VOCAB = 50
@@ -54,7 +54,7 @@ def layout_round(overrides: list[str], out_path: str) -> None:
     world = int(overrides[-1].rpartition("=")[2])
     layout = RankLayout(ParallelConfig(), range(world))
     model = layout.wrap(_model(kind))
-    engine = layout_engine(model, layout)
+    engine = layout_updater(model, layout)
     initial, grads = full_state_dict(model), capture_first_gradients(model, engine.optimizer)
 
     def nll(micro):

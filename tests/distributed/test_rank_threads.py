@@ -9,7 +9,7 @@ import pytest
 
 PROBE = """
 import os, torch
-from dtppo.distributed.launch import _run_in_group
+from dtppo.distributed.ranks import _run_in_group
 _run_in_group(lambda: print("threads", torch.get_num_threads()), ())
 """
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import torch
 
 from dtppo.distributed.comm import rank
-from dtppo.distributed.launch import run_ranks
-from dtppo.ppo.step_metrics import PhaseTimer
+from dtppo.distributed.ranks import run_ranks
+from dtppo.observability.timing import PhaseTimer
 from dtppo.ppo.trainer import PPOTrainer
 from dtppo.workers.role import PolicyRole, ValueRole
 

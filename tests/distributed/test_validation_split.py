@@ -12,7 +12,7 @@ import torch
 
 from dtppo.data.tiny_math import validation_set
 from dtppo.distributed.comm import rank
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.generation.sampler import left_padded, right_padded
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.types import Experience, SampleRequest

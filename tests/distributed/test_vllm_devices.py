@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dtppo.config import TinyModelConfig
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.generation.vllm_engine import VLLMEngine, executor_backend
 from dtppo.models.causal_lm import build_causal_lm
 

@@ -13,7 +13,7 @@ import yaml
 from dtppo import config as config_lib
 from dtppo.config import Config
 from dtppo.config import schema as config_schema
-from dtppo.workers.engine import lr_lambda
+from dtppo.workers.updater import lr_lambda
 from tests.support.recipes import REPO, TINY
 
 BASE = REPO / "recipes" / "base.yaml"

@@ -25,6 +25,7 @@ COVERED_THROUGH = {
     "dtppo.launch.model_checks": ("tests/unit/launch/test_model_checks.py", "dtppo.launch.preflight"),
     "dtppo.launch.ray": ("tests/functional/test_ray.py", "tests.support.cli"),
     "dtppo.models.loading": ("tests/unit/launch/test_model_checks.py", "dtppo.launch.preflight"),
+    "dtppo.ppo.entry": ("tests/functional/test_ppo_cli.py", "tests.support.cli"),
     "dtppo.ppo.sample_filters": ("tests/functional/test_mismatch_cli.py", "tests.support.cli"),
     "dtppo.rewards.pool_worker": ("tests/unit/usercode/test_user_code_bounds.py", "dtppo.rewards.scoring"),
     "dtppo.rewards.validation": ("tests/functional/test_ppo_cli.py", "tests.support.cli"),

@@ -42,6 +42,7 @@ def _preload() -> None:
     import dtppo.cli  # noqa: F401
     import dtppo.launch.launcher  # noqa: F401
     import dtppo.launch.preflight  # noqa: F401
+    import dtppo.ppo.entry  # noqa: F401
     import dtppo.ppo.trainer  # noqa: F401
     import dtppo.sft.trainer  # noqa: F401
 

@@ -13,11 +13,11 @@ from torch.distributed.tensor import DTensor
 from dtppo import config as config_lib
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.distributed.comm import rank
-from dtppo.distributed.launch import run_ranks
+from dtppo.distributed.ranks import run_ranks
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.models.weights import full_parameters
-from dtppo.workers.engine import TrainEngine
 from dtppo.workers.policy import PolicyWorker
+from dtppo.workers.updater import Updater
 from dtppo.workers.value import ValueWorker
 from tests.support.batches import synthetic_experience
 from tests.support.recipes import SMALL_MODEL, tiny_config
@@ -40,10 +40,10 @@ def make_config(overrides: list[str]) -> config_lib.Config:
     return tiny_config(*base, *overrides)
 
 
-def layout_engine(model: torch.nn.Module, layout, max_grad_norm: float = 1.0, **options) -> TrainEngine:
-    """A TrainEngine (AdamW lr 1e-2) over ``model``, already wrapped for ``layout``'s ranks; ``options``: the
-    engine's keyword arguments (``unsharded_accumulation``, ``aggregation``, ...)."""
-    return layout.engine(model, OptimizerConfig(lr=1e-2, eps=1e-6), SchedulerConfig(), max_grad_norm, **options)
+def layout_updater(model: torch.nn.Module, layout, max_grad_norm: float = 1.0, **options) -> Updater:
+    """An Updater (AdamW lr 1e-2) over ``model``, already wrapped for ``layout``'s ranks; ``options``: the
+    updater's keyword arguments (``unsharded_accumulation``, ``aggregation``, ...)."""
+    return layout.updater(model, OptimizerConfig(lr=1e-2, eps=1e-6), SchedulerConfig(), max_grad_norm, **options)
 
 
 def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueWorker], dict] | None = None) -> dict:
@@ -54,8 +54,8 @@ def worker_results(overrides: list[str], inspect: Callable[[PolicyWorker, ValueW
     policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
     initial = {"policy_initial": full_state_dict(policy.model), "value_initial": full_state_dict(value.model)}
     gradients = {
-        "policy_grads": capture_first_gradients(policy.model, policy.engine.optimizer),
-        "value_grads": capture_first_gradients(value.model, value.engine.optimizer),
+        "policy_grads": capture_first_gradients(policy.model, policy.updater.optimizer),
+        "value_grads": capture_first_gradients(value.model, value.updater.optimizer),
     }
     exp = synthetic_experience(len(tok))
     values, logprobs = value.get_values(exp), policy.get_logprobs(exp)

@@ -178,7 +178,7 @@ def settle(pgid: int, timeout: float = 10.0) -> int:
 
 def rank_processes(proc: subprocess.Popen) -> list[int]:
     """The local ranks of the run ``proc`` launched, by pid: the children of its multiprocessing forkserver
-    (``distributed.launch.run_ranks``)."""
+    (``distributed.ranks.run_ranks``)."""
     members = group_members(proc.pid)
     servers = {pid for pid, ppid, cmd in members if ppid == proc.pid and "multiprocessing.forkserver" in cmd}
     return sorted(pid for pid, ppid, _ in members if ppid in servers)

@@ -137,7 +137,7 @@ class Config:
 
     def micro_batch_size(self, role: Literal["policy", "value"]) -> int:
         """Samples per forward/backward on one rank: ``train_micro_batch_size`` is an upper bound, clamped to a
-        rank's share of the global batch, so one recipe runs at any rank count. This is the size the engine's
+        rank's share of the global batch, so one recipe runs at any rank count. This is the size the updater's
         microbatch loop runs, which never takes more rows than the rank holds."""
         section = getattr(self, role)
         return min(

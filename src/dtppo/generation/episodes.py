@@ -1,11 +1,11 @@
-"""Multi-turn episodes on any engine (docs/episodes.md): ``EpisodeGenerator`` runs the turn loop behind the
+"""Multi-turn episodes on any generator (docs/episodes.md): ``EpisodeGenerator`` runs the turn loop behind the
 ``Generator`` seam, so workers, the trainer and validation see one more generator.
 
 Per turn, every unfinished episode samples one assistant turn from its whole prefix (prompt, earlier turns and
-observations) with the engine's ``sample``, under the turn's own stream key (``sampler.turn_key``): an episode's
-tokens depend on its sample index, the step and the weights only, whatever the batch it is sampled in or the number
-of ranks. A turn ends at a stop token or at the first of ``env.stop``'s strings (the engine samples on past it;
-those tokens are dropped here, which changes none before them); the environment answers it, and its observation
+observations) with the inner generator's ``sample``, under the turn's own stream key (``sampler.turn_key``): an
+episode's tokens depend on its sample index, the step and the weights only, whatever the batch it is sampled in or
+the number of ranks. A turn ends at a stop token or at the first of ``env.stop``'s strings (the generator samples on
+past it; those tokens are dropped here, which changes none before them); the environment answers it, and its observation
 (cut to ``env.max_observation_tokens``) is appended for the next turn: text as it is, chat messages as the text the
 policy's chat template renders for them after the turn (``data.chat.ChatFormat.turn_text``). An episode ends when
 the environment says done, after ``env.max_turns`` turns, when ``env.max_total_tokens`` leaves no room, or when a turn
@@ -58,32 +58,32 @@ class _Episode:
 
 
 class EpisodeGenerator:
-    """Episodes of ``env`` sampled with ``engine`` (any ``Generator``); a ``Generator`` itself."""
+    """Episodes of ``env`` sampled with ``inner`` (any ``Generator``); a ``Generator`` itself."""
 
     def __init__(
-        self, engine: Generator, env: EnvClient, tokenizer: PreTrainedTokenizerBase, cfg: EnvConfig, chat: ChatFormat
+        self, inner: Generator, env: EnvClient, tokenizer: PreTrainedTokenizerBase, cfg: EnvConfig, chat: ChatFormat
     ):
-        self.engine, self.env, self.tokenizer, self.cfg, self.chat = engine, env, tokenizer, cfg, chat
+        self.inner, self.env, self.tokenizer, self.cfg, self.chat = inner, env, tokenizer, cfg, chat
 
     @property
     def version(self) -> int:
-        return self.engine.version
+        return self.inner.version
 
     def describe(self) -> str:
-        return f"{self.engine.describe()}; episodes of {self.cfg.class_} (at most {self.cfg.max_turns} turns)"
+        return f"{self.inner.describe()}; episodes of {self.cfg.class_} (at most {self.cfg.max_turns} turns)"
 
     def prepare(self) -> None:
-        self.engine.prepare()
+        self.inner.prepare()
 
     def finish(self) -> None:
-        self.engine.finish()
+        self.inner.finish()
 
     def refit(self, trained: nn.Module, version: int) -> None:
-        self.engine.refit(trained, version)
+        self.inner.refit(trained, version)
 
     def close(self) -> None:
         self.env.close()
-        self.engine.close()
+        self.inner.close()
 
     def sample(self, request: SampleRequest) -> Experience:
         """``Generator.sample`` for episodes: rows ``[prompt | action | observation | ... | action | pad]`` with
@@ -126,7 +126,7 @@ class EpisodeGenerator:
         )
         prefixes = [episodes[i].prefix for i in active]
         turn_request = SampleRequest(prefixes, turn_params, turn_key(request.key, turn - 1), request.sample_ids[active])
-        batch = self.engine.sample(turn_request)
+        batch = self.inner.sample(turn_request)
         answered = []
         for j, (i, budget) in enumerate(zip(active, budgets)):
             mask = batch.response_mask[j].bool()
@@ -171,9 +171,9 @@ class EpisodeGenerator:
             episode.used += len(tokens)
 
 
-def with_episodes(engine: Generator, cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Generator:
-    """``engine`` itself for single-turn runs, else the episode loop around it (``env.class`` set), rendering chat
+def with_episodes(generator: Generator, cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Generator:
+    """``generator`` itself for single-turn runs, else the episode loop around it (``env.class`` set), rendering chat
     observations as ``cfg.data`` renders prompts."""
     if not cfg.env.multi_turn:
-        return engine
-    return EpisodeGenerator(engine, EnvClient(cfg.env), tokenizer, cfg.env, ChatFormat.of(cfg.data))
+        return generator
+    return EpisodeGenerator(generator, EnvClient(cfg.env), tokenizer, cfg.env, ChatFormat.of(cfg.data))

@@ -1,8 +1,8 @@
-"""The generation seam: one ``Generator`` protocol, one class per engine, built once from ``policy.generation``.
+"""The generation seam: one ``Generator`` protocol, one class per backend, built once from ``policy.generation``.
 
 A generator holds its own whole (unsharded) copy of the policy, or samples the training model itself when that
 is unsharded, and is refitted with the trainer's weights after every policy update. Everything that decides how
-tokens are produced lives behind it: the engine (dtppo's torch sampler or vLLM), the torch decoder
+tokens are produced lives behind it: the backend (dtppo's torch sampler or vLLM), the torch decoder
 (``policy.generation.decoder``) and its compiled decode steps (``policy.generation.decode_graph``). The policy
 worker, the trainer and validation see only the protocol's methods and the weight version.
 """
@@ -46,10 +46,10 @@ class Generator(Protocol):
     version: int
 
     def describe(self) -> str:
-        """One line for the run's start: the engine and how it decodes."""
+        """One line for the run's start: the backend and how it decodes."""
 
     def prepare(self) -> None:
-        """Before sampling: wake an engine that sleeps, put the model in eval mode."""
+        """Before sampling: wake a backend that sleeps (vLLM's engine), put the model in eval mode."""
 
     def finish(self) -> None:
         """After sampling: free what sampling alone needs (a sleeping engine's KV cache), where the engine can."""
@@ -63,7 +63,7 @@ class Generator(Protocol):
         ranks when it is sharded. ``version``: the policy version those weights are."""
 
     def close(self) -> None:
-        """End of the run: release the engine's resources."""
+        """End of the run: release the backend's resources."""
 
 
 def graph_cache_length(length: int, cache_len: int | None) -> int:

@@ -29,8 +29,8 @@ import torch.distributed as dist
 
 from dtppo.config import Config
 from dtppo.distributed.bridge import TRAINER, Bridge, BridgeError
-from dtppo.distributed.launch import run_worlds
 from dtppo.distributed.parallelize import compute_dtype
+from dtppo.distributed.ranks import run_worlds
 from dtppo.errors import GenerationError
 from dtppo.generation.generator import Generator, build_generator
 from dtppo.models.causal_lm import build_policy, stop_token_ids
@@ -195,7 +195,7 @@ def flatten_weights(state: dict[str, torch.Tensor], names: list[str]) -> torch.T
 
 
 def connect_client(cfg: Config) -> GenerationClient:
-    """Training rank 0's client, once every generation rank has built its model and engine."""
+    """Training rank 0's client, once every generation rank has built its model and its sampler."""
     worlds = run_worlds()
     assert worlds is not None and worlds.generation_rank is None, "training rank 0 of a run with generation ranks"
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")

@@ -1,4 +1,6 @@
-"""Rank launchers: where the ranks of a run start (this machine, or Ray actors).
+"""Rank launchers: where the ranks of a run start (this machine, or Ray actors), chosen once from the config
+(``build_launcher``), and what every rank runs around its work (``run_rank``: a stop printed as one line with its
+exit code).
 
 A run is SPMD: every rank executes the same function (the PPO loop) with the process group initialised and
 builds the workers it holds itself. A launcher starts ranks, not workers: Ray wraps a whole rank in an actor
@@ -8,13 +10,24 @@ change with the launcher.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import copy
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Protocol
 
 import torch.multiprocessing as mp
 
-from dtppo.distributed.launch import run_ranks
-from dtppo.errors import GenerationError
+from dtppo.config import ClusterConfig
+from dtppo.config.reward_spec import parse_spec
+from dtppo.distributed.ranks import run_ranks
+from dtppo.errors import CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
+
+DEBUG_ENV = "DTPPO_DEBUG"
 
 
 class RankLauncher(Protocol):
@@ -49,3 +62,110 @@ class LocalLauncher:
 
     def shutdown(self) -> None:
         pass
+
+
+def build_launcher(cluster: ClusterConfig) -> RankLauncher:
+    """Where the ranks run: this machine (local processes / torchrun) or Ray actors."""
+    if cluster.backend == "ray":
+        from dtppo.launch.ray import RayLauncher
+
+        launcher = RayLauncher(cluster, cluster.ray_temp_dir)
+        print(
+            "ranks placed on Ray nodes: "
+            + ", ".join(f"rank {r} -> {node}" for r, node in enumerate(launcher.rank_nodes())),
+            flush=True,
+        )
+        return launcher
+    # what every rank imports, loaded once in the process local ranks are forked from
+    return LocalLauncher(cluster.world_size, cluster.generation_ranks, preload=("dtppo.ppo.entry", "dtppo.sft.trainer"))
+
+
+def launch(launcher: RankLauncher, fn: Callable[..., None], *args) -> None:
+    """``fn(*args)`` on every rank of ``launcher``; a rank that stopped the run on purpose printed why, and this
+    process exits with its code."""
+    try:
+        launcher.run(fn, *args)
+    except RunStopped:  # the launcher's own (a generation rank that died): main() prints it
+        raise
+    except Exception as err:
+        # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
+        if getattr(err, "exit_code", None) in (
+            InputError.exit_code,
+            NonFiniteError.exit_code,
+            CheckpointError.exit_code,
+            GenerationError.exit_code,
+        ):
+            raise SystemExit(err.exit_code) from None
+        raise
+    finally:
+        launcher.shutdown()
+
+
+def absolute_paths(tree: dict) -> dict:
+    """Ranks may run in another working directory (Ray workers do): anchor every local path at ours.
+    Output paths always; input paths only when they exist here, so hub names like "Qwen/..." stay names."""
+    tree = copy.deepcopy(tree)
+    outputs = [("logger", "log_dir"), ("checkpointing", "checkpoint_dir"), ("sft", "output_dir")]
+    inputs = [
+        ("policy", "model", "path"),
+        ("value", "model", "path"),
+        ("reward", "model", "path"),
+        ("data", "train", "path"),
+        ("data", "validation", "path"),
+    ]
+    for keys in outputs + inputs:
+        *parents, leaf = keys
+        node = functools.reduce(lambda section, key: section.setdefault(key, {}), parents, tree)
+        value = node.get(leaf)
+        if value is not None and (keys in outputs or Path(value).exists()):
+            node[leaf] = str(Path(value).resolve())
+    reward = tree.setdefault("reward", {})
+    if reward.get("functions"):
+        reward["functions"] = [parse_spec(spec).absolute() for spec in reward["functions"]]
+    return tree
+
+
+def run_rank(fn: Callable[..., None], *args) -> None:
+    """One launched rank running ``fn(*args)`` (module level so spawned processes can import it). A stop is printed
+    on the rank that saw it, which then exits with its code: a spawned rank's exception would reach the user as a
+    traceback."""
+    quiet_transformers()
+    with stops_reported():
+        fn(*args)
+
+
+@contextlib.contextmanager
+def stops_reported() -> Iterator[None]:
+    """A ``RunStopped`` inside becomes its one line on stderr and its exit code."""
+    try:
+        yield
+    except RunStopped as err:
+        report(err)
+        raise SystemExit(err.exit_code) from None
+
+
+def report(err: RunStopped) -> None:
+    """The one line a stopped run leaves on stderr (prefixed with the rank when there are several)."""
+    from dtppo.distributed.comm import rank, world_size
+    from dtppo.distributed.ranks import run_worlds
+
+    worlds = run_worlds()
+    if worlds is not None:  # two worlds: name the rank among all launched ones, and its side
+        side = "training" if worlds.generation_rank is None else f"generation rank {worlds.generation_rank}"
+        where = f" (rank {worlds.global_rank}, {side})"
+    else:
+        where = f" (rank {rank()})" if world_size() > 1 else ""
+    debug_traceback(err)
+    print(f"dtppo: error{where}: {err}", file=sys.stderr, flush=True)
+
+
+def debug_traceback(err: BaseException) -> None:
+    if os.environ.get(DEBUG_ENV) == "1":
+        traceback.print_exception(err, file=sys.stderr)
+
+
+def quiet_transformers() -> None:
+    """No per-file progress bars from transformers in logs (each spawned rank or actor calls this too)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()

@@ -22,7 +22,7 @@ import torch
 
 from dtppo.config import Config, ConfigError, DatasetConfig
 from dtppo.config.rules import require
-from dtppo.distributed.launch import under_torchrun
+from dtppo.distributed.ranks import under_torchrun
 from dtppo.envs.interface import EnvironmentFailure, load_environment
 from dtppo.launch.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function
@@ -162,7 +162,7 @@ def _check_launch(cfg: Config) -> None:
         "cluster.backend",
         "ray starts its own ranks; do not run it under torchrun",
     )
-    # Every rank of a node takes GPU LOCAL_RANK (distributed.launch); Ray gives each actor a GPU of its own.
+    # Every rank of a node takes GPU LOCAL_RANK (distributed.ranks); Ray gives each actor a GPU of its own.
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", cluster.workers_per_node))
     gpus = torch.cuda.device_count() if cluster.backend == "local" and torch.cuda.is_available() else None
     require(

@@ -58,7 +58,7 @@ class RayRank:
     ) -> int:
         """The rank's exit code: 0, or the code of a deliberate stop (the actor itself stays up for the driver
         to kill, so a SystemExit must come back as a value, not end the actor)."""
-        from dtppo.distributed.launch import _run_in_group
+        from dtppo.distributed.ranks import _run_in_group
 
         os.environ.update(
             MASTER_ADDR=master[0],

@@ -1,4 +1,4 @@
-"""Opt-in profiles of the training updates: with ``DTPPO_PROFILE_DIR=DIR`` set, every ``TrainEngine.train`` call
+"""Opt-in profiles of the training updates: with ``DTPPO_PROFILE_DIR=DIR`` set, every ``Updater.train`` call
 runs under ``torch.profiler`` and writes ``DIR/<model>_rank<r>_call<n>.json``: its operators ranked by self time on
 the device (on the CPU when there is no GPU), with call counts; ``DTPPO_PROFILE_FROM_CALL=n`` profiles only calls
 n, n + 1, ... (counted from 1 per model), so that the steps before stay unprofiled and their timings true.

@@ -4,9 +4,6 @@ updates, and the phases' timings. Values stay tensors until the trainer's one ``
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
-
 import torch
 
 from dtppo.algorithms.advantages import first_token_abs_mean, outcome_returns
@@ -15,28 +12,11 @@ from dtppo.algorithms.losses import explained_var
 from dtppo.algorithms.mismatch import mismatch_sample_mask, rollout_is_stats, seq_mult_prob_error
 from dtppo.config import Config
 from dtppo.observability.metrics import mean_over
+from dtppo.observability.timing import PhaseTimer
 from dtppo.ops import masked_max, masked_mean, masked_min
 from dtppo.ppo.rollouts import Rollout, ScoredBatch
 from dtppo.ppo.sample_filters import overlong_penalties
 from dtppo.types import EPISODE_ENDS, Experience
-
-
-class PhaseTimer:
-    """Wall time per named phase, reported as ``timing/<phase>`` seconds. On CUDA each phase ends by waiting for the
-    device: its kernels run after the host has moved on, and a phase that ends without a host sync (a weight refit:
-    copies and gathers) would under-report and hand its time to the next phase."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.seconds: dict[str, float] = {}
-        self.synchronize = torch.cuda.synchronize if device.type == "cuda" else None
-
-    @contextmanager
-    def __call__(self, phase: str):
-        start = time.perf_counter()
-        yield
-        if self.synchronize is not None:
-            self.synchronize()
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
 def train_metrics(

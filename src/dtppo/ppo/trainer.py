@@ -18,13 +18,14 @@ from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.observability.logger import MetricsLogger
 from dtppo.observability.metrics import to_floats
+from dtppo.observability.timing import PhaseTimer
 from dtppo.observability.trackers import TrackerRuns
 from dtppo.ppo.advantage_estimator import build_estimator
 from dtppo.ppo.critic_warmup import CriticWarmup, critic_fit, defined_ev
 from dtppo.ppo.dynamic_sampling import build_group_filter
 from dtppo.ppo.rollouts import Rollout, ScoredBatch, build_rollouts
 from dtppo.ppo.sample_filters import filter_samples, overlong_penalties
-from dtppo.ppo.step_metrics import PhaseTimer, timing_metrics, train_metrics
+from dtppo.ppo.step_metrics import timing_metrics, train_metrics
 from dtppo.rewards.failures import RewardFailureError
 from dtppo.rewards.rewarder import RewardBreakdown, Rewarder, check_reward_arguments
 from dtppo.rewards.validation import EvalResult, eval_result

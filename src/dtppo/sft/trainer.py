@@ -25,6 +25,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import TASK_VERIFIERS, Config, OptimizerConfig, SchedulerConfig
+from dtppo.config import from_dict as config_from_dict
 from dtppo.data.chat import ChatFormat
 from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
 from dtppo.data.problem import Problem
@@ -47,8 +48,8 @@ from dtppo.observability.metrics import to_floats
 from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.rewards.functions import reward_function
 from dtppo.types import Experience, build_episode_rows, build_response_mask
-from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
+from dtppo.workers.updater import Updater
 
 RESULTS_FILE = "sft_results.json"
 
@@ -87,7 +88,7 @@ def sft_batch(tokenizer: PreTrainedTokenizerBase, problems, cfg: Config, env: En
 
 
 def nll_loss_fn(model: nn.Module, cfg: Config, shards: ContextShards | None):
-    """The response tokens' negative log-likelihood, a token mean over the batch (the engine's default weights).
+    """The response tokens' negative log-likelihood, a token mean over the batch (the updater's default weights).
 
     Scored as the policy's log-probs are (``models.logprobs``): no ``[B, T, V]`` logits, packed rows with
     ``policy.sequence_packing``, and with ``policy.parallel.cp`` > 1 each rank computes its tokens of every row, the
@@ -209,10 +210,10 @@ class SFTRun:
         """The main stage to its plateau, then the careless stage: their results and the last step trained."""
         sft = self.cfg.sft
         plateau = Plateau(sft.patience, sft.min_improvement, sft.min_accuracy)
-        engine = self.engine(sft.optimizer, sft.scheduler)
+        updater = self.updater(sft.optimizer, sft.scheduler)
         loader = PromptLoader(source, sft.seed + 1)
         period = sft.val_period or max(sft.num_steps, 1)
-        step, figures = self.train_stage(engine, loader, sft.num_steps, 0, period, plateau)
+        step, figures = self.train_stage(updater, loader, sft.num_steps, 0, period, plateau)
         figures = figures or self.validate(step)  # a main stage of 0 steps
         if self.by_accuracy:
             results = {"sft/accuracy": figures["sft/validation_accuracy"]}
@@ -222,17 +223,17 @@ class SFTRun:
         careless = sft.careless_stage
         if careless.num_steps > 0:
             careless_source, _ = build_sources(self.cfg, careless_fraction=careless.careless_fraction)
-            engine = self.engine(
+            updater = self.updater(
                 dataclasses.replace(sft.optimizer, lr=careless.lr), SchedulerConfig(total_steps=careless.num_steps)
             )
             loader = PromptLoader(careless_source, sft.seed + 2)
-            step, _ = self.train_stage(engine, loader, careless.num_steps, step, None, None)
+            step, _ = self.train_stage(updater, loader, careless.num_steps, step, None, None)
             results["sft/accuracy_after_careless_stage"] = self.validate(step)["sft/validation_accuracy"]
         return results, step
 
     def train_stage(
         self,
-        engine: TrainEngine,
+        updater: Updater,
         loader: PromptLoader,
         num_steps: int,
         first_step: int,
@@ -244,11 +245,13 @@ class SFTRun:
         figures (empty without validation)."""
         sft = self.cfg.sft
         loss_fn = nll_loss_fn(self.model, self.cfg, self.layout.shards)
-        micro = sft.micro_batch_size or sft.batch_size  # the engine takes at most a rank's share at once
+        micro = sft.micro_batch_size or sft.batch_size  # the updater takes at most a rank's share at once
         step, figures = first_step, {}
         for i in range(num_steps):
             batch = sft_batch(self.tokenizer, loader.next_batch(sft.batch_size), self.cfg, self.env)
-            metrics = {f"sft/{k}": v for k, v in to_floats(engine.train(batch, loss_fn, sft.batch_size, micro)).items()}
+            metrics = {
+                f"sft/{k}": v for k, v in to_floats(updater.train(batch, loss_fn, sft.batch_size, micro)).items()
+            }
             step = first_step + i + 1
             last = i == num_steps - 1
             validated = period is not None and (last or step % period == 0)
@@ -264,10 +267,10 @@ class SFTRun:
                 break
         return step, figures
 
-    def engine(self, optim: OptimizerConfig, schedule: SchedulerConfig) -> TrainEngine:
+    def updater(self, optim: OptimizerConfig, schedule: SchedulerConfig) -> Updater:
         """AdamW over the model; each rank takes its share of a batch's rows, gradients summed over the ranks."""
         unsharded = self.cfg.policy.parallel.unsharded_grad_accumulation
-        return self.layout.engine(
+        return self.layout.updater(
             self.model, optim, schedule, self.cfg.sft.max_grad_norm, name="sft", unsharded_accumulation=unsharded
         )
 
@@ -369,3 +372,8 @@ def _save_atomic(
 
 def sft_is_done(cfg: Config) -> bool:
     return (Path(cfg.sft.output_dir) / "config.json").is_file()
+
+
+def sft_rank(tree: dict) -> None:
+    """One rank of `dtppo sft` (the config as a plain tree: what a launcher hands a rank)."""
+    run_sft(config_from_dict(tree))

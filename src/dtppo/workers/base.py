@@ -1,4 +1,4 @@
-"""What the policy and value workers share: rank layout, training engine, lifecycle hooks, checkpoint state."""
+"""What the policy and value workers share: rank layout, updater, lifecycle hooks, checkpoint state."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dtppo.distributed.parallelize import compute_dtype
 from dtppo.errors import InputError
 from dtppo.models.attention import context_parallel_refusal
 from dtppo.models.packing import check_packing, packing_tolerance, probe_rows, probe_width
-from dtppo.workers.engine import TrainEngine
 from dtppo.workers.layout import RankLayout
+from dtppo.workers.updater import Updater
 
 
 class Worker:
@@ -24,11 +24,11 @@ class Worker:
     cfg: Config
     layout: RankLayout
     model: nn.Module
-    engine: TrainEngine
+    updater: Updater
 
-    def _build_engine(self, section: PolicyConfig | ValueConfig) -> TrainEngine:
+    def _build_updater(self, section: PolicyConfig | ValueConfig) -> Updater:
         name = "policy" if isinstance(section, PolicyConfig) else "value"
-        return self.layout.engine(
+        return self.layout.updater(
             self.model,
             section.optimizer,
             section.scheduler,
@@ -94,17 +94,17 @@ class Worker:
     @property
     def skipped_steps(self) -> int:
         """Optimizer steps skipped for a non-finite loss or gradient so far."""
-        return self.engine.skipped_steps
+        return self.updater.skipped_steps
 
     # ---- checkpoints: sharded tensors go through torch.distributed.checkpoint, the rest is replicated
     def checkpoint_state(self) -> dict:
         """Model and optimizer state (sharded where the model is)."""
-        return self.engine.state_dict()
+        return self.updater.state_dict()
 
     def replicated_state(self) -> dict:
         """Schedule position and skipped-step counts: the same on every rank of the pool."""
-        return self.engine.extra_state()
+        return self.updater.extra_state()
 
     def load_checkpoint(self, sharded: dict, extra: dict) -> None:
-        self.engine.load_state_dict(sharded)
-        self.engine.load_extra_state(extra)
+        self.updater.load_state_dict(sharded)
+        self.updater.load_extra_state(extra)

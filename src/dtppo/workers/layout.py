@@ -15,7 +15,7 @@ from dtppo.distributed.parallel_dims import ParallelDims, dp_coordinate, dp_grou
 from dtppo.distributed.parallelize import compute_dtype, parallelize
 from dtppo.models.recompute import recompute_blocks
 from dtppo.types import ROLLOUT_FIELDS, Experience, block_rows
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.updater import Updater
 
 
 class RankLayout:
@@ -70,13 +70,13 @@ class RankLayout:
             return model.to(self.device)
         return parallelize(model if cpu_offload else model.to(self.device), self.meshes, self.dims, cpu_offload)
 
-    def engine(
+    def updater(
         self, model: nn.Module, optim: OptimizerConfig, schedule: SchedulerConfig, max_grad_norm: float, **options
-    ) -> TrainEngine:
-        """A TrainEngine over ``model`` (as ``wrap`` returned it) on this rank's device, training this rank's share of
-        each minibatch, its metrics and gradient norm reduced over this layout's groups; ``options``: the engine's
+    ) -> Updater:
+        """An Updater over ``model`` (as ``wrap`` returned it) on this rank's device, training this rank's share of
+        each minibatch, its metrics and gradient norm reduced over this layout's groups; ``options``: the updater's
         other keyword arguments (``name``, ``aggregation``, ...)."""
-        return TrainEngine(
+        return Updater(
             model,
             optim,
             schedule,

@@ -50,7 +50,7 @@ class PolicyWorker(Worker):
         if cfg.cluster.generation_ranks == 0:
             # A generator samples plain weights, adapters merged in (its static decoder reads weight tensors, not
             # modules): with adapters, a merged copy of its own, refitted after each update as a replica is.
-            engine = build_generator(
+            generator = build_generator(
                 section.generation,
                 merged_model(full),
                 stop_token_ids(full, tokenizer),
@@ -60,7 +60,7 @@ class PolicyWorker(Worker):
                 device=self.layout.device,
                 replica=self.layout.replica if self.layout.sharded else None,
             )
-            self.generator = with_episodes(engine, cfg, tokenizer)
+            self.generator = with_episodes(generator, cfg, tokenizer)
             if is_main_rank():
                 print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
@@ -70,11 +70,11 @@ class PolicyWorker(Worker):
                 copy.deepcopy(full).eval().requires_grad_(False), cpu_offload=section.cpu_offload
             )
         self.model = self.layout.wrap(full, section.activation_checkpointing, section.cpu_offload)
-        self.engine = self._build_engine(section)
-        if section.sequence_packing:  # after the engine, as the value worker's check
+        self.updater = self._build_updater(section)
+        if section.sequence_packing:  # after the updater, as the value worker's check
             self._check_packing("policy.sequence_packing", "log-probs", full.config, self._probe_logprobs)
 
-    # ---- generation (``rollout.generator``: the engine, its decoder and its copy of the weights live behind it)
+    # ---- generation (``rollout.generator``: the sampler, its decoder and its copy of the weights live behind it)
     def prepare_for_generation(self) -> None:
         self.generator.prepare()
 
@@ -177,7 +177,7 @@ class PolicyWorker(Worker):
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of clipped PPO over ``experience`` (needs old_logprobs and advantages)."""
         section = self.cfg.policy
-        return self.engine.train(
+        return self.updater.train(
             experience,
             self.loss,
             section.train_global_batch_size,

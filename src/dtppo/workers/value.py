@@ -54,8 +54,8 @@ class ValueWorker(Worker):
             if is_main_rank():
                 print(f"value: {describe_lora(critic, cfg.value.lora)} (the value head included)", flush=True)
         self.model = self.layout.wrap(critic, cfg.value.activation_checkpointing, cfg.value.cpu_offload)
-        self.engine = self._build_engine(cfg.value)
-        # After the engine: a forward before the optimizer is built (FSDP2's lazy init then runs earlier) changed
+        self.updater = self._build_updater(cfg.value)
+        # After the updater: a forward before the optimizer is built (FSDP2's lazy init then runs earlier) changed
         # the critic's TP = 2 gradients in tests/distributed/test_parity.py.
         if cfg.value.sequence_packing:
             self._check_packing("value.sequence_packing", "values", backbone.config, self.model.values)
@@ -94,7 +94,7 @@ class ValueWorker(Worker):
     def train(self, experience: Experience) -> dict[str, torch.Tensor]:
         """One epoch of value regression onto ``experience.returns`` (needs old_values and returns)."""
         section = self.cfg.value
-        return self.engine.train(
+        return self.updater.train(
             experience,
             self.loss,
             section.train_global_batch_size,

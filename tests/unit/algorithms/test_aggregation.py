@@ -9,7 +9,7 @@ from dtppo.algorithms.aggregation import loss_token_weights
 from dtppo.algorithms.losses import policy_loss, value_loss
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.ops import masked_mean, weighted_sum
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.updater import Updater
 from tests.support.batches import synthetic_experience, unequal_rows_mask
 
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -66,7 +66,7 @@ def _experience(batch=8, width=6):
 def _trained(mode, micro, loss_of):
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    engine = TrainEngine(
+    engine = Updater(
         model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=100.0, aggregation=mode, horizon=9
     )
     metrics = engine.train(_experience(), loss_of(model), global_batch=8, micro_batch=micro)

@@ -1,6 +1,6 @@
 """Multi-turn episodes: the rows and masks of an episode, reward placement, GAE over action tokens only (per token
 and per turn) against float64 loops, observation tokens out of every loss (poison there changes nothing), the
-critic's V(s_t) after an observation, and the episode loop on a scripted engine and environment."""
+critic's V(s_t) after an observation, and the episode loop on a scripted generator and environment."""
 
 import dataclasses
 import math
@@ -194,7 +194,7 @@ def test_turn_unit_estimator_and_its_config_rules():
         from_dict({"ppo": {"gae_unit": "turn"}})
 
 
-# ---- the episode loop on a scripted engine
+# ---- the episode loop on a scripted generator
 
 
 class ScriptEngine:
@@ -264,7 +264,7 @@ def test_the_loop_cuts_at_stop_strings_appends_observations_and_ends_each_way():
     assert metrics["train/episodes/tool_calls"] == pytest.approx((1 + 0 + 2 + 0) / 4)
     assert metrics["train/episodes/ended_by/max_turns"] == 0.25
     # Turn keys: the first turn uses the step's key itself, later turns their own.
-    keys = [k for _, _, k in gen.engine.calls]
+    keys = [k for _, _, k in gen.inner.calls]
     assert keys[0] == 7 and len(set(keys)) == len(keys)
 
 

@@ -20,7 +20,7 @@ from dtppo.models.lora import (
     save_adapter,
 )
 from dtppo.models.weights import full_parameters, load_weights, weight_names
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.updater import Updater
 from tests.support.recipes import tiny_config
 
 LORA = LoraConfig(rank=4, alpha=8.0)
@@ -169,7 +169,7 @@ def test_lora_config_rules():
 
 def test_the_engine_steps_and_clips_only_the_adapters():
     model = _trained(_qwen())
-    engine = TrainEngine(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=1e9)
+    engine = Updater(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=1e9)
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert engine.optimizer.param_groups[0]["params"] == trainable
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}

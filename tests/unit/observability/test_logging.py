@@ -10,13 +10,13 @@ from dtppo.observability.plot import curve
 
 def results_rows(log_dir, records: list[tuple[int, dict]]) -> dict[str, str]:
     """The results table ``dtppo ppo`` prints after a run that logged ``records`` (step, metrics), as {label: value}."""
-    from dtppo.cli import _results_table
+    from dtppo.observability.report import results_table
 
     logger = MetricsLogger(log_dir, total_steps=records[-1][0], tensorboard=False)
     for step, metrics in records:
         logger.log(step, metrics)
     logger.close()
-    table = _results_table(config_lib.from_dict({"logger": {"log_dir": str(log_dir)}}), {}, [])
+    table = results_table(config_lib.from_dict({"logger": {"log_dir": str(log_dir)}}), {}, [])
     return {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in table.splitlines()[2:]}
 
 
@@ -80,7 +80,7 @@ def test_an_undefined_explained_var_is_left_out_of_plots():
 
 
 def test_an_undefined_explained_var_prints_as_na(tmp_path, capsys):
-    from dtppo.cli import _results_table
+    from dtppo.observability.report import results_table
 
     logger = MetricsLogger(tmp_path, total_steps=4, tensorboard=False)
     for step, ev, var in [(1, -2722022.0, 0.0), (2, 0.25, 0.2), (3, -868614.1, 0.0), (4, -5e5, 0.0)]:
@@ -89,7 +89,7 @@ def test_an_undefined_explained_var_prints_as_na(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" EV ")[1].split()[0] for line in lines] == ["n/a", "0.250", "n/a", "n/a"]
     cfg = config_lib.from_dict({"logger": {"log_dir": str(tmp_path)}})
-    table = _results_table(cfg, {}, [])
+    table = results_table(cfg, {}, [])
     assert "-2722022" not in table and "-868614" not in table and "-500000" not in table
     rows = {line.rsplit(None, 1)[0].strip(): line.rsplit(None, 1)[1] for line in table.splitlines()[2:]}
     assert rows["critic explained variance, first step"] == "n/a"

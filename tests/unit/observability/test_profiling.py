@@ -1,4 +1,4 @@
-"""dtppo.observability.profiling: with DTPPO_PROFILE_DIR set, a TrainEngine.train call writes its operators
+"""dtppo.observability.profiling: with DTPPO_PROFILE_DIR set, an Updater.train call writes its operators
 ranked by self time; unset, nothing is written."""
 
 import json
@@ -9,10 +9,10 @@ from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.observability.profiling import PROFILE_ENV, PROFILE_FROM_ENV
 from dtppo.ops import masked_sum
 from dtppo.types import Experience
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.updater import Updater
 
 
-def _train_once(engine: TrainEngine, model: torch.nn.Linear) -> None:
+def _train_once(engine: Updater, model: torch.nn.Linear) -> None:
     exp = Experience(
         input_ids=torch.zeros(4, 3, dtype=torch.long),
         attention_mask=torch.ones(4, 3, dtype=torch.long),
@@ -30,7 +30,7 @@ def _train_once(engine: TrainEngine, model: torch.nn.Linear) -> None:
 
 def test_a_profiled_update_writes_its_operators(tmp_path, monkeypatch):
     model = torch.nn.Linear(8, 8, bias=False)
-    engine = TrainEngine(model, OptimizerConfig(), SchedulerConfig(), 1.0, name="value")
+    engine = Updater(model, OptimizerConfig(), SchedulerConfig(), 1.0, name="value")
     _train_once(engine, model)
     assert not list(tmp_path.iterdir())  # unset: nothing profiled
     monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "prof"))
@@ -47,7 +47,7 @@ def test_a_profiled_update_writes_its_operators(tmp_path, monkeypatch):
 
 def test_profiling_from_a_call_leaves_the_earlier_calls_unprofiled(tmp_path, monkeypatch):
     model = torch.nn.Linear(8, 8, bias=False)
-    engine = TrainEngine(model, OptimizerConfig(), SchedulerConfig(), 1.0, name="policy")
+    engine = Updater(model, OptimizerConfig(), SchedulerConfig(), 1.0, name="policy")
     monkeypatch.setenv(PROFILE_ENV, str(tmp_path))
     monkeypatch.setenv(PROFILE_FROM_ENV, "3")
     for _ in range(3):

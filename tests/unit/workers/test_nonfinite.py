@@ -10,7 +10,7 @@ from dtppo.checkpoint import store as checkpoint
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.errors import CheckpointError, NonFiniteError
 from dtppo.faults import NONFINITE_ENV
-from dtppo.workers.engine import TrainEngine
+from dtppo.workers.updater import Updater
 from tests.support.batches import synthetic_experience
 
 
@@ -21,7 +21,7 @@ def _experience(batch=8, width=4):
 def _engine(limit, name="policy"):
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)
-    return model, TrainEngine(
+    return model, Updater(
         model, OptimizerConfig(lr=0.1), SchedulerConfig(), max_grad_norm=1.0, name=name, max_consecutive_nonfinite=limit
     )
 

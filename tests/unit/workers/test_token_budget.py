@@ -9,7 +9,7 @@ import torch
 from dtppo import config as config_lib
 from dtppo.config import ConfigError, OptimizerConfig, SchedulerConfig
 from dtppo.ops import masked_mean, weighted_sum
-from dtppo.workers.engine import TrainEngine, split_to, token_budget_microbatches
+from dtppo.workers.updater import Updater, split_to, token_budget_microbatches
 from tests.support.batches import synthetic_experience
 
 MODES = ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -50,7 +50,7 @@ def _experience():
 def _trained(mode, loss_of, micro_batch=8, max_tokens=None):
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    engine = TrainEngine(
+    engine = Updater(
         model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=100.0, aggregation=mode, horizon=17
     )
     seen = []

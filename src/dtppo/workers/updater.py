@@ -74,7 +74,7 @@ def lr_lambda(cfg: SchedulerConfig) -> Callable[[int], float]:
     return factor
 
 
-class TrainEngine:
+class Updater:
     """AdamW + LambdaLR over ``model``'s parameters, with grad-norm clipping and non-finite step skipping.
 
     Data parallel: ``dp_rank``/``dp_size`` pick this rank's rows of each minibatch (an equal number of rows,

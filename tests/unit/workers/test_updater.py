@@ -6,7 +6,7 @@ import torch
 
 from dtppo.config import OptimizerConfig, SchedulerConfig
 from dtppo.ops import masked_sum, weighted_sum
-from dtppo.workers.engine import TrainEngine, lr_lambda
+from dtppo.workers.updater import Updater, lr_lambda
 from tests.support.batches import synthetic_experience, unequal_rows_mask
 
 
@@ -29,7 +29,7 @@ def test_microbatch_1_x_8_equals_8_x_1():
     results = []
     for micro in (1, 8, 4):
         model = copy.deepcopy(base)
-        engine = TrainEngine(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=100.0)
+        engine = Updater(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=100.0)
         metrics = engine.train(_experience(), _loss_fn(model), global_batch=8, micro_batch=micro)
         results.append((metrics, [p.detach().clone() for p in model.parameters()]))
     for metrics, params in results[1:]:
@@ -42,7 +42,7 @@ def test_microbatch_1_x_8_equals_8_x_1():
 
 def test_nonfinite_gradient_skips_the_step_and_counts_it():
     model = torch.nn.Linear(1, 1)
-    engine = TrainEngine(model, OptimizerConfig(lr=0.1), SchedulerConfig(), max_grad_norm=1.0)
+    engine = Updater(model, OptimizerConfig(lr=0.1), SchedulerConfig(), max_grad_norm=1.0)
     before = [p.detach().clone() for p in model.parameters()]
 
     def nan_loss(micro):
@@ -92,7 +92,7 @@ def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
     model = torch.nn.Linear(1, 1)
     exp = _experience()
     frozen = types.SimpleNamespace(**dataclasses.asdict(OptimizerConfig()) | {"lr": 0.0, "weight_decay": 0.0})
-    engine = TrainEngine(model, frozen, SchedulerConfig(), max_grad_norm=100.0)
+    engine = Updater(model, frozen, SchedulerConfig(), max_grad_norm=100.0)
 
     def loss_fn(micro):
         err = (model(micro.input_ids.unsqueeze(-1)).squeeze(-1) - micro.returns) ** 2
@@ -121,7 +121,7 @@ def _tied_lm(seed: int):
     from dtppo.models.causal_lm import build_causal_lm
 
     model = build_causal_lm(None, ModelConfig().tiny, 40, 0, 1, seed)
-    engine = TrainEngine(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=1.0)
+    engine = Updater(model, OptimizerConfig(lr=1e-2), SchedulerConfig(), max_grad_norm=1.0)
     model(input_ids=torch.randint(0, 40, (2, 6))).logits.square().mean().backward()
     engine.optimizer_step()
     return model, engine

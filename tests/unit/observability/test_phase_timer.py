@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from dtppo.ppo.step_metrics import PhaseTimer
+from dtppo.observability.timing import PhaseTimer
 
 
 def test_each_phase_ends_with_a_device_sync_on_cuda_and_its_wait_is_counted(monkeypatch):
