@@ -24,7 +24,7 @@ from dtppo.workers.value import ValueWorker
 from tests.support.harness import make_config, synthetic_experience
 
 
-def _local_bytes(engine) -> int:
+def _local_bytes(updater) -> int:
     """Bytes this rank holds for parameters and Adam state (local shards only)."""
 
     def local(t):
