@@ -25,13 +25,13 @@ $(STAMP): pyproject.toml requirements.lock
 # The demo (README): SFT on the critic recipe's task to its plateau, then PPO twice from that model, the critic's
 # values aligned to the state before each token (dtppo's default) and not (value.shift_values=false); one seed per
 # arm, a table side by side, and each arm against the range measured over SFT models and both CPU kernel sets
-# (bench/results/learning/demo_expected.json; docs/learning.md, "The demo").
+# (bench/results/learning/demo_expected.json; docs/guides/learning.md, "The demo").
 demo: $(STAMP)
 	$(PY) -m bench.learning.critic alignment --recipe recipes/tiny-math-critic-cpu.yaml --seeds 0 --out runs/demo \
 		--show-output --plot --expect bench/results/learning/demo_expected.json
 
-# Two tiers (docs/testing.md). `make test`, the inner loop: every test not marked slow, about 6 minutes of pytest on 2
-# cores (AVX-512; ~8 on an AVX2-only CPU), printing its 20 slowest tests. `make test-slow`: the tests marked slow
+# Two tiers (docs/guides/testing.md). `make test`, the inner loop: every test not marked slow, about 6 minutes of
+# pytest on 2 cores (AVX-512; ~8 on an AVX2-only CPU), printing its 20 slowest tests. `make test-slow`: the tests marked slow
 # (long end-to-end runs, Ray and vLLM, the learning experiments' gates). CI (.ci/run) runs both, so every assertion
 # runs in CI; `make test-all` runs both in one session.
 test: lint
@@ -63,18 +63,20 @@ reliability: $(STAMP)
 # The benchmarks (bench/README.md lists each: its question, its make target, its result file). Each prints a table
 # and writes bench/results/<kind>/*.json whose rows carry the command that reproduces them. Not in `make test`.
 # Speed and memory (minutes each): every script of bench/perf/.
-BENCH_PERF := rollout vllm_rollout sampling train_flops scaling distributed parity memory async_ppo async_model
-BENCH_PERF += vllm_lora vs_trl
+BENCH_PERF := vllm_rollout sampling train_flops scaling parity async_ppo
+BENCH_PERF += memory memory_vocab memory_features memory_lora
 
 bench: $(STAMP)
 	@for name in $(BENCH_PERF); do echo "== bench.perf.$$name"; $(PY) -m bench.perf.$$name || exit 1; done
 
-# The learning experiments of bench/learning/ (hours each on 2 cores: seeds x arms x SFT models).
-EXPERIMENTS := "critic alignment" "critic grpo" "critic clean" "critic warmup" "ev_ceiling recipes/tiny-math-cpu.yaml"
-EXPERIMENTS += async_lag episodes lora warmup long_task
+# The learning experiments (hours each on 2 cores: seeds x arms x SFT models): the EV ceilings of one SFT model, then
+# each spec of bench/learning/ through its driver (`python -m bench.learning` lists them), --reuse keeping the runs
+# that an interrupted pass finished.
+EXPERIMENTS := "critic alignment" "critic grpo" "critic clean" "critic warmup" async_lag episodes lora warmup long_task
 
 experiments: $(STAMP)
-	@for run in $(EXPERIMENTS); do echo "== bench.learning.$$run"; $(PY) -m bench.learning.$$run || exit 1; done
+	$(PY) -m bench.learning.ev_ceiling recipes/tiny-math-cpu.yaml
+	@for run in $(EXPERIMENTS); do echo "== bench.learning.$$run"; $(PY) -m bench.learning.$$run --reuse || exit 1; done
 
 # On a CUDA machine: the device checks of bench/device/ (without CUDA: a CPU smoke test of the same code).
 bench-gpu:

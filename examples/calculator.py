@@ -1,6 +1,6 @@
 """A calculator tool for multi-turn episodes: the model writes ``<calc>523+312</calc>`` and reads back
 ``<result>835</result>``; an assistant turn without a calculation is its answer and ends the episode (the reward
-functions score that answer). Used by examples/calculator-task.yaml (docs/episodes.md).
+functions score that answer). Used by examples/calculator-task.yaml (docs/guides/episodes.md).
 
 Expressions are parsed, never evaluated as code: integers, + - * and parentheses only.
 """

@@ -24,7 +24,8 @@ from pathlib import Path
 from bench.common.paths import REPO
 from dtppo.files import write_file
 
-# torch's and oneDNN's kernel choice changes the figures (docs/design.md): a command reproduces them only with these.
+# torch's and oneDNN's kernel choice changes the figures (docs/design/numerics.md): a command reproduces them only
+# with these.
 KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 # Outputs of the benches themselves: a record written earlier in a session does not make the next one's code dirty.
 OUTPUTS = ("bench/results", "runs")
@@ -86,11 +87,6 @@ def _git(*args: str) -> tuple[str | None, str]:
         lines = proc.stderr.strip().splitlines()
         return None, lines[0] if lines else f"git {args[0]} exited {proc.returncode}"
     return proc.stdout.strip(), ""
-
-
-def commit() -> str | None:
-    """The commit checked out, or None without git history."""
-    return _git("rev-parse", "HEAD")[0]
 
 
 def provenance(command: str | None = None) -> dict:

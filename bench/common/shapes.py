@@ -16,35 +16,13 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from dtppo.models.tokenizer import CHAR_CHAT_TEMPLATE, EOS, PAD, UNK, build_char_tokenizer
 
-# Qwen2.5-0.5B's config (the hub model's config.json).
-QWEN_05B = {
-    "hidden_size": 896,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "intermediate_size": 4864,
-    "vocab_size": 151936,
-    "tie_word_embeddings": True,
-}
-QWEN25_VOCAB = QWEN_05B["vocab_size"]
-# Qwen2.5-0.5B and -1.5B (config.json of the hub models): both tie the embedding and the LM head.
-SHAPES = {
-    "0.5b": {k: v for k, v in QWEN_05B.items() if k not in ("vocab_size", "tie_word_embeddings")},
-    "1.5b": {
-        "hidden_size": 1536,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-        "intermediate_size": 8960,
-    },
-    "smoke": {
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 128,
-    },
-}
+# Qwen2.5-0.5B's and -1.5B's transformer shapes (config.json of the hub models; both tie the embedding and the LM
+# head), and a smoke shape for the CPU fallbacks.
+FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+SIZES = {"0.5b": (896, 24, 14, 2, 4864), "1.5b": (1536, 28, 12, 2, 8960), "smoke": (64, 2, 4, 2, 128)}
+SHAPES = {name: dict(zip(FIELDS, sizes)) for name, sizes in SIZES.items()}
+QWEN25_VOCAB = 151936
+QWEN_05B = SHAPES["0.5b"] | {"vocab_size": QWEN25_VOCAB, "tie_word_embeddings": True}  # the hub model's config
 
 
 def padded_char_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:

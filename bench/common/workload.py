@@ -1,21 +1,12 @@
-"""The training workload the throughput benches share (bench/perf/train_flops.py, bench/perf/scaling.py).
+"""The training workload the throughput benches share (bench/perf/train_flops.py, scaling.py; bench/device/step.py):
+a Qwen2-shaped policy and critic (~20M parameters each) trained by dtppo's workers on a synthetic rollout batch with
+a realistic length spread, the FLOP count of that training pass and this machine's fp32 matmul peak.
 
-A Qwen2-shaped policy and critic (~20M parameters each by default) trained by dtppo's real workers on a
-synthetic rollout batch with a realistic length spread, the analytic FLOP count of that training pass, and
-the fp32 matmul peak of this machine measured the same way the training runs (same process, same threads).
-
-FLOPs are *useful* model FLOPs: pad tokens are not counted, so padded and packed runs of the same batch
-have the same numerator and their FLOP rates compare directly. Per sequence of ℓ real tokens, for one
-forward + backward (backward = 2× forward):
-
-    dense      6 · N_mm · ℓ                     N_mm = weights used in matmuls per token
-    attention  6 · n_layers · d_attn · ℓ(ℓ+1)   QKᵀ and A·V over the ℓ(ℓ+1)/2 causal (query, key) pairs,
-                                                2 FLOPs per multiply-add, d_attn = n_heads · head_dim
-
-N_mm per decoder layer = h·d_attn (q) + 2·h·d_kv (k, v) + d_attn·h (o) + 3·h·d_ff (gate, up, down); plus
-the output layer: h·V for the policy's LM head (tied to the embedding, still a matmul), h·1 for the critic's
-value head. Embedding lookups, norms, rotary, softmax, losses and the AdamW update are not counted (they
-cost time, which is why they show up as the gap to the matmul peak).
+FLOPs are useful model FLOPs: pad tokens are not counted, so padded and packed runs of one batch compare directly.
+Per sequence of ℓ real tokens, one forward + backward (backward = 2x forward) costs 6 · N_mm · ℓ in matmuls (N_mm:
+the weights a token meets in matmuls, the output layer included: h·V for the policy's LM head, h·1 for the critic's
+value head) and 6 · n_layers · d_attn · ℓ(ℓ+1) in attention (QKᵀ and A·V over the ℓ(ℓ+1)/2 causal pairs). Embedding
+lookups, norms, rotary, softmax, losses and AdamW are not counted: they show up as the gap to the matmul peak.
 """
 
 from __future__ import annotations
@@ -34,14 +25,8 @@ from dtppo.types import Experience, build_response_mask
 RECIPE = str(REPO / "recipes" / "tiny-math-cpu.yaml")
 
 # Qwen2 layout (GQA with 2 KV heads, SwiGLU, RMSNorm, QKV bias) scaled to ~20M parameters per model.
-MODEL_20M = {
-    "hidden_size": 512,
-    "num_layers": 6,
-    "num_heads": 8,
-    "num_kv_heads": 2,
-    "intermediate_size": 1792,
-    "max_position_embeddings": 512,
-}
+MODEL_20M = dict(hidden_size=512, num_layers=6, num_heads=8, num_kv_heads=2, intermediate_size=1792)
+MODEL_20M["max_position_embeddings"] = 512
 # The demo recipe's model (dtppo.config.TinyModelConfig defaults), ~1M parameters.
 MODEL_TINY = dataclasses.asdict(TinyModelConfig())
 MODELS = {"20m": MODEL_20M, "tiny": MODEL_TINY}
@@ -50,20 +35,11 @@ MODELS = {"20m": MODEL_20M, "tiny": MODEL_TINY}
 def make_config(model: dict, batch: int, micro: int, packing: bool, extra: list[str] = ()) -> config_lib.Config:
     """The demo recipe with both models replaced by ``model``, one optimizer step per train() call."""
     overrides = [f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in model.items()]
-    overrides += [
-        "ppo.init_from_sft=false",
-        f"ppo.num_prompts_per_step={batch}",
-        "logger.tensorboard=false",
-        f"policy.train_global_batch_size={batch}",
-        f"value.train_global_batch_size={batch}",
-        f"policy.train_micro_batch_size={micro}",
-        f"value.train_micro_batch_size={micro}",
-        f"policy.logprob_batch_size={micro}",
-        f"value.inference_batch_size={micro}",
-        f"policy.sequence_packing={packing}",
-        f"value.sequence_packing={packing}",
-        *extra,
-    ]
+    overrides += ["ppo.init_from_sft=false", f"ppo.num_prompts_per_step={batch}", "logger.tensorboard=false"]
+    for role in ("policy", "value"):
+        overrides += [f"{role}.train_global_batch_size={batch}", f"{role}.train_micro_batch_size={micro}"]
+        overrides += [f"{role}.sequence_packing={packing}"]
+    overrides += [f"policy.logprob_batch_size={micro}", f"value.inference_batch_size={micro}", *extra]
     return config_lib.load(RECIPE, overrides)
 
 

@@ -5,25 +5,19 @@ would start past it. In the default order:
 - environment: versions; math-verify (every `dtppo ppo` imports it) and PEFT importable.
 - features_smoke: the tiny recipe for 2 PPO steps with activation checkpointing, CPU offload, the reference (KL)
   and LoRA adapters (rank 16, where PEFT is installed) on the device.
-- step: the real `PPOTrainer.step` (`dtppo ppo` in a subprocess) on a Qwen2.5-0.5B-shaped random model, one
-  warm-up, N measured steps and one more whose two updates are profiled (the critic/policy gap, operator by
-  operator). On CUDA even one process runs its models under FSDP2 (a one-rank group) with bf16 parameters and fp32
-  reduction, the same policy as a multi-rank run.
-- decode: dtppo's sampler eager and with ``decode_graph`` (bench/device/decode.py), 256 prompts x 256 new tokens
-  at the 0.5B shape, with whether inductor captured CUDA graphs.
-- table_1.5b, table_0.5b: the step at Qwen2.5-1.5B's and -0.5B's shapes with the real 151,936-entry vocabulary:
-  phase shares, tokens/s, each update's FLOP rate, peak memory.
+- step, table_1.5b, table_0.5b, step_vllm: the real `PPOTrainer.step` (bench/device/step.py) at the 0.5B shape with
+  two updates profiled; at the 1.5B and 0.5B shapes with Qwen's vocabulary; with the vllm backend, where installed.
+- decode, hf_generate: dtppo's sampler eager and with ``decode_graph``, and ``transformers.generate``
+  (bench/device/decode.py).
 - quickstart: the README's one-GPU recipe for 2 steps, its checkpoint and export (bench/device/quickstart.py).
-- long_responses: the critic's and the policy's training pass and the log-prob recompute at the 0.5B shape on 2
-  rows of 8k and of 16k tokens, padded, cp = 1, bf16, through dtppo's attention seam (bench/perf/long_responses.py).
-- hf_generate: ``transformers.generate`` with a static cache on the decode phase's model and prompts.
+- long_responses: the training passes and the log-prob recompute on 8k and 16k tokens (bench/device/long_responses.py).
 - checkpoint_resume: the tiny recipe for 2 steps with checkpoints, then resumed to 3 (DCP on the device's group).
 - numerics: the tiny recipe's models on the device against CPU fp32 (bench/device/numerics.py).
-- memory_features, memory_lora: `bench/perf/memory.py features` / `lora` rows at the real depth.
-- step_vllm: the step with `policy.generation.backend=vllm`, where vLLM is installed.
+- memory_features, memory_lora: bench/perf/memory_features.py's and memory_lora.py's rows at the real depth.
 
-Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in seconds per phase; its
-JSON goes to runs/ (never under the GPU result's name).
+On CUDA even one process runs its models under FSDP2 (a one-rank group) with bf16 parameters and fp32 reduction, as
+a multi-rank run does. Without CUDA (or with --cpu) the same code runs as a smoke test at tiny sizes in fp32, in
+seconds per phase; its JSON goes to runs/ (never under the GPU result's name).
 """
 
 from __future__ import annotations
@@ -31,14 +25,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import json
 import math
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,296 +37,52 @@ import transformers
 
 from bench.common.paths import DEVICE, REPO
 from bench.common.record import command_line, provenance
-from bench.common.shapes import QWEN25_VOCAB, SHAPES, write_model_dir
-from bench.common.workload import train_flops
 from bench.device.decode import decode_speed, hf_generate_speed
-from bench.device.numerics import numerics, sync
+from bench.device.long_responses import long_responses
+from bench.device.numerics import numerics
 from bench.device.phases import DEADLINE, run_phases
 from bench.device.quickstart import quickstart
 from bench.device.report import print_phase
-from bench.perf.long_responses import measure as long_response_pass
-from bench.perf.memory import features_rows, lora_rows
-from dtppo.config import TinyModelConfig
-from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.observability.logger import read_metrics
-from dtppo.observability.profiling import PROFILE_ENV, PROFILE_FROM_ENV
+from bench.device.step import run_dtppo, throughput_row, trainer_steps, vllm_steps
+from bench.perf.memory_features import features_rows
+from bench.perf.memory_lora import lora_rows
 
 COMMAND = os.environ.get("DTPPO_GPU_COMMAND", "python -m bench.device.check")
-# Qwen2.5-0.5B's transformer shape (its 151k vocabulary replaced by the project's character tokenizer).
-QWEN25_05B = TinyModelConfig(
-    hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864, max_position_embeddings=4096
-)
-CPU_SMOKE = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128)
-
-
-def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, iters: int) -> float:
-    """Dense matmul FLOP/s measured here and now: the ceiling the step's fraction is taken against."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    sync(device)
-    return 2 * n**3 * iters / (time.perf_counter() - start)
-
-
-def shape_overrides(shape: dict) -> list[str]:
-    """The same random-init shape (``TinyModelConfig``'s fields) for policy and critic, as `dtppo ppo` overrides."""
-    return [f"{role}.model.tiny.{key}={value}" for role in ("policy", "value") for key, value in shape.items()]
-
-
-def run_dtppo(
-    overrides: list[str], log_dir: Path, cuda: bool, timeout: float, extra_env: dict[str, str] | None = None
-) -> tuple[subprocess.CompletedProcess, list[dict], float]:
-    """`python -m dtppo ppo` on the tiny recipe with ``overrides`` in a subprocess (CUDA hidden unless ``cuda``):
-    the process, its metrics.jsonl records and its wall seconds."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **({} if cuda else {"CUDA_VISIBLE_DEVICES": ""}), **(extra_env or {}))
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dtppo",
-            "ppo",
-            str(REPO / "recipes" / "tiny-math-cpu.yaml"),
-            *overrides,
-            f"logger.log_dir={log_dir}",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE.timeout(timeout),
-    )
-    seconds = time.perf_counter() - start
-    records = read_metrics(log_dir, missing_ok=True)
-    return proc, records, seconds
-
-
-def step_flops(batch: int, mean_tokens: float, shape: dict, vocab: int) -> float:
-    """Model FLOPs of one PPO step, estimated from the mean sequence length (bench/common/workload.py's formula):
-    generation ≈ one policy forward, value and log-prob forwards, then forward + backward of critic and policy."""
-    lengths = torch.full((batch,), mean_tokens)
-    policy = train_flops(shape, vocab, lengths) / 3  # one forward
-    critic = train_flops(shape, 1, lengths) / 3
-    return 2 * policy + critic + 3 * (policy + critic)
-
-
-def trainer_steps(
-    cuda: bool,
-    args,
-    backend_overrides: tuple[str, ...] = (),
-    profile: bool = False,
-    model_dir: Path | None = None,
-    model_shape: dict | None = None,
-    vocab: int | None = None,
-) -> dict:
-    """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
-    (CUDA) or a 64-hidden one (CPU fallback), or on ``model_dir`` (of ``model_shape`` and ``vocab``): one warm-up
-    step, then ``args.steps`` measured ones. Per-phase seconds are the trainer's own `timing/*` metrics (medians
-    over the measured steps). ``profile``: one more step whose two updates run under torch.profiler
-    (``update_profiles``); it is left out of the timings, which the profiler would slow."""
-    shape = model_shape or vars(QWEN25_05B if cuda else CPU_SMOKE)
-    steps = 1 + args.steps + int(profile)
-    overrides = _step_overrides(args, steps, model_dir, shape) + [*backend_overrides, *args.override]
-    with tempfile.TemporaryDirectory() as tmp:
-        # Each model trains once per step (_step_overrides), so the last step's updates are call `steps` of each.
-        env = {PROFILE_ENV: f"{tmp}/profile", PROFILE_FROM_ENV: str(steps)} if profile else None
-        proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900, extra_env=env)
-        profiles = update_profiles(Path(tmp) / "profile", cuda) if profile else {}
-    measured = [r for r in records if "timing/step" in r][1 : 1 + args.steps]
-    result = {
-        "model_shape": shape,
-        "vocab_size": vocab or len(build_char_tokenizer()),
-        "precision": "bf16 params, fp32 reduce (FSDP2)" if cuda else "fp32",
-        "batch": args.batch,
-        "max_new_tokens": args.new_tokens,
-        "micro_batch": args.micro,
-        "overrides": overrides,
-        "exit_code": proc.returncode,
-        "wall_s": seconds,
-        "steps_measured": len(measured),
-        "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
-    } | profiles
-    if proc.returncode or not measured:
-        return result | {"passed": False}
-    last = measured[-1]
-    keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
-    return (
-        result
-        | _step_figures(measured, shape, result["vocab_size"], args.batch, cuda)
-        | {
-            "last_step": {k: last.get(k) for k in (*keys, "train/critic/explained_var")},
-            "passed": all(isinstance(last.get(k), float) and math.isfinite(last[k]) for k in keys)
-            and (not profile or profiles["critic_over_policy_self_time"] is not None),
-        }
-    )
-
-
-def _step_overrides(args, steps: int, model_dir: Path | None, shape: dict) -> list[str]:
-    batch_keys = [
-        f"{role}.{key}={n}"
-        for role in ("policy", "value")
-        for key, n in (("train_global_batch_size", args.batch), ("train_micro_batch_size", args.micro))
-    ]
-    model = [f"policy.model.path={model_dir}"] if model_dir else shape_overrides(shape)  # the critic starts from it
-    return [
-        "ppo.init_from_sft=false",
-        f"ppo.max_num_steps={steps}",
-        "ppo.policy_training_start_step=0",  # with the next two: one update per model per step (the profile's call)
-        "ppo.ppo_epochs=1",
-        "value.updates_per_step=1",
-        f"ppo.num_prompts_per_step={args.batch}",
-        f"policy.generation.max_new_tokens={args.new_tokens}",
-        "ppo.val_at_start=false",
-        f"ppo.val_period={steps}",
-        "ppo.max_val_samples=8",
-        "ppo.val_batch_size=8",
-        *batch_keys,
-        f"policy.logprob_batch_size={args.batch}",
-        f"value.inference_batch_size={args.batch}",
-        "checkpointing.enabled=false",
-        "reward.num_workers=0",
-        "logger.tensorboard=false",
-        "logger.progress=false",
-        *model,
-    ]
-
-
-def update_profiles(directory: Path, cuda: bool) -> dict:
-    """The profiled updates (dtppo.observability.profiling), one per model: the total self time on the device (CPU
-    in the fallback) and the top operators, so the critic/policy gap has a kernel-level account."""
-    by_model = {}
-    for file in sorted(directory.glob("*_rank0_call*.json")):
-        summary = json.loads(file.read_text())
-        by_model[summary["model"]] = {k: v for k, v in summary.items() if k != "top"} | {"top": summary["top"][:12]}
-    key = "total_self_device_ms" if cuda else "total_self_cpu_ms"
-    policy, value = by_model.get("policy"), by_model.get("value")
-    ratio = value[key] / policy[key] if policy and value and policy[key] else None
-    return {"update_profiles": by_model, "critic_over_policy_self_time": ratio}
-
-
-def _step_figures(measured: list[dict], shape: dict, vocab: int, batch: int, cuda: bool) -> dict:
-    """Medians of the measured steps' timings, throughputs, and model FLOP rates against the matmul peak measured
-    here. An update's FLOPs are forward + backward of the body over all tokens, plus the head: the policy's over
-    the response tokens only (its log-probs are chunked over those), the critic's scalar head over all."""
-    phases = [k for k in measured[0] if k.startswith("timing/") and all(k in r for r in measured)]
-    median = {k: statistics.median(r[k] for r in measured) for k in phases}
-    tokens = statistics.median(r["perf/tokens_per_sec"] * r["timing/step"] for r in measured)
-    generated = statistics.median(r["train/mean_gen_tokens_per_sample"] for r in measured) * batch
-    flops = step_flops(batch, tokens / batch, shape, vocab)
-    lengths = torch.full((batch,), tokens / batch)
-    update_flops = {
-        "policy_update": train_flops(shape, 0, lengths) + 6.0 * shape["hidden_size"] * vocab * generated,
-        "critic_update": train_flops(shape, 1, lengths),
-    }
-    peak = matmul_peak(
-        torch.device("cuda" if cuda else "cpu"),
-        torch.bfloat16 if cuda else torch.float32,
-        8192 if cuda else 1024,
-        20 if cuda else 5,
-    )
-    memory = [r["perf/max_memory_allocated_gib"] for r in measured if "perf/max_memory_allocated_gib" in r]
-    return {
-        "timing_s_median": median,
-        "step_s_all": [r["timing/step"] for r in measured],
-        "phase_share": {
-            k.removeprefix("timing/"): v / median["timing/step"]
-            for k, v in median.items()
-            if k not in ("timing/step", "timing/validation")
-        },
-        # Issue 23's goal: <= 1.15 at equal shapes (the first H200 run measured 3.9).
-        "critic_over_policy_update": median.get("timing/critic_update", math.nan)
-        / median.get("timing/policy_update", math.nan),
-        "tokens_per_step": tokens,
-        "tokens_per_s": tokens / median["timing/step"],
-        "generated_tokens_per_step": generated,
-        "generated_tokens_per_s": generated / median["timing/generation"],
-        "training_tokens_per_s": {k: tokens / median[f"timing/{k}"] for k in update_flops if f"timing/{k}" in median},
-        "model_flops_per_step_estimate": flops,
-        "achieved_tflops": flops / median["timing/step"] / 1e12,
-        "peak_matmul_dtype": "bfloat16" if cuda else "float32",
-        "peak_tflops": peak / 1e12,
-        "peak_fraction": flops / median["timing/step"] / peak,
-        "update_peak_fraction": {
-            k: f / median[f"timing/{k}"] / peak for k, f in update_flops.items() if f"timing/{k}" in median
-        },
-        "max_memory_allocated_gib": max(memory) if memory else None,
-    }
-
-
-def throughput_row(cuda: bool, args, name: str) -> dict:
-    """Issue 23, item 3: the step at Qwen2.5-``name``'s shape with the 151,936-entry vocabulary (a model directory
-    written by bench/common/shapes.py, random bf16 weights), one process. Goals: each update >= 25 % of the bf16
-    peak at 0.5B and >= 35 % at 1.5B. CPU fallback: the smoke shape with a 512-entry vocabulary (0.5B's phase; the
-    1.5B phase is skipped)."""
-    if not cuda and name != "0.5b":
-        return {"skipped": "CPU fallback"}
-    device = torch.device("cuda" if cuda else "cpu")
-    vocab, shape_name = (QWEN25_VOCAB, name) if cuda else (512, "smoke")
-    with tempfile.TemporaryDirectory() as tmp:
-        shape = write_model_dir(Path(tmp) / "model", shape_name, vocab, device)
-        run = trainer_steps(cuda, args, model_dir=Path(tmp) / "model", model_shape=shape, vocab=vocab)
-    if cuda:
-        torch.cuda.empty_cache()  # the model was built here, in the parent
-    return {"shape": shape_name, "update_peak_fraction_goal": {"0.5b": 0.25, "1.5b": 0.35}.get(shape_name)} | run
-
-
-def vllm_steps(cuda: bool, args) -> dict:
-    """The same steps with `policy.generation.backend=vllm`, where a CUDA machine has vLLM installed. The CPU
-    fallback skips it: the CPU engine is covered by tests/functional/test_vllm.py, and its attention has no
-    kernel for the smoke model's head size (16)."""
-    if not cuda:
-        return {"skipped": "CPU fallback"}
-    if importlib.util.find_spec("vllm") is None:
-        return {"skipped": "vllm is not importable on this machine"}
-    result = trainer_steps(cuda, args, ("policy.generation.backend=vllm", "policy.generation.vllm_kv_cache_mib=8192"))
-    error = result.get("last_step", {}).get("train/token_mult_prob_error")
-    # The reference's gate on sampler-vs-trainer agreement (the engine and the trainer are different programs).
-    return result | {"passed": result["passed"] and error is not None and error < 1.05}
 
 
 def checkpoint_resume(cuda: bool) -> dict:
     """The tiny recipe for 2 PPO steps with a checkpoint at each, then the same command to 3 steps: it must
     resume from step 2 (DCP save and load on the device's process group) and log only step 3."""
-    fast = [
-        "ppo.init_from_sft=false",
-        "ppo.num_prompts_per_step=16",
-        "ppo.max_val_samples=32",
-        "ppo.val_batch_size=32",
-        "policy.train_global_batch_size=8",
-        "policy.train_micro_batch_size=4",
-        "value.train_global_batch_size=8",
-        "value.train_micro_batch_size=4",
-        "reward.num_workers=0",
-        "logger.progress=false",
-        "logger.tensorboard=false",
-        "checkpointing.save_period=1",
-    ]
+    fast = """ppo.init_from_sft=false ppo.num_prompts_per_step=16 ppo.validation.max_samples=32
+        ppo.validation.batch_size=32 policy.train_global_batch_size=8 policy.train_micro_batch_size=4
+        value.train_global_batch_size=8 value.train_micro_batch_size=4 reward.num_workers=0 logger.progress=false
+        logger.tensorboard=false checkpointing.save_period=1""".split()
     with tempfile.TemporaryDirectory() as tmp:
         fast.append(f"checkpointing.checkpoint_dir={tmp}/ckpt")
         log = Path(tmp) / "log"
         first, records, first_s = run_dtppo([*fast, "ppo.max_num_steps=2"], log, cuda, timeout=900)
         second, records, second_s = run_dtppo([*fast, "ppo.max_num_steps=3"], log, cuda, timeout=900)
     steps = [r["step"] for r in records if "train/loss" in r]
-    last = next((r for r in reversed(records) if "train/loss" in r), {})
-    keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
-    metrics = {k: last.get(k) for k in keys}
-    resumed = "resumed from" in second.stdout
+    metrics, finite = last_step(records)
+    resumed, failed = "resumed from" in second.stdout, first.returncode or second.returncode
     return {
         "exit_codes": [first.returncode, second.returncode],
         "seconds": [first_s, second_s],
         "steps_logged": steps,
         "resumed": resumed,
         "last_step_metrics": metrics,
-        "stderr_tail": (first.stderr + second.stderr)[-3000:] if first.returncode or second.returncode else "",
-        "passed": first.returncode == 0
-        and second.returncode == 0
-        and resumed
-        and steps == [1, 2, 3]
-        and all(isinstance(v, float) and math.isfinite(v) for v in metrics.values()),
+        "stderr_tail": (first.stderr + second.stderr)[-3000:] if failed else "",
+        "passed": not failed and resumed and steps == [1, 2, 3] and finite,
     }
+
+
+def last_step(records: list[dict]) -> tuple[dict, bool]:
+    """The last trained step's reward, losses and mismatch, and whether all of them are finite numbers."""
+    last = next((r for r in reversed(records) if "train/loss" in r), {})
+    metrics = {
+        k: last.get(k) for k in ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
+    }
+    return metrics, all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
 
 
 FEATURE_FLAGS = [f"{w}.{k}=true" for w in ("policy", "value") for k in ("activation_checkpointing", "cpu_offload")]
@@ -345,8 +91,8 @@ FEATURE_FLAGS = [f"{w}.{k}=true" for w in ("policy", "value") for k in ("activat
 def memory_features(cuda: bool) -> dict:
     """On CUDA: the features' rows at the real depth (24 blocks, one process); offload must lower the memory
     resident on the device between steps, activation checkpointing what the forward leaves held for backward.
-    CPU fallback: skipped (the CPU table is `python -m bench.perf.memory features`, and offload saves nothing where the
-    device is host memory)."""
+    CPU fallback: skipped (the CPU table is `python -m bench.perf.memory_features`, and offload saves nothing where
+    the device is host memory)."""
     if not cuda:
         return {"skipped": "CPU fallback"}
     rows = features_rows(24, (1,), COMMAND, lambda: DEADLINE.timeout(600))
@@ -361,13 +107,13 @@ def memory_features(cuda: bool) -> dict:
 
 
 def memory_lora(cuda: bool) -> dict:
-    """On CUDA: `bench/perf/memory.py lora` rows at the real depth, one process: device memory of policy + reference +
-    critic and AdamW's state, full fine-tuning vs LoRA rank 16 / 64; LoRA must hold less. Skipped on the CPU
-    fallback (the CPU table is `python -m bench.perf.memory lora`) and where PEFT is not installed."""
+    """On CUDA: bench/perf/memory_lora.py's rows at the real depth, one process: device memory of policy +
+    reference + critic and AdamW's state, full fine-tuning vs LoRA rank 16 / 64; LoRA must hold less. Skipped on the
+    CPU fallback (the CPU table is `python -m bench.perf.memory_lora`) and where PEFT is not installed."""
     if not cuda:
         return {"skipped": "CPU fallback"}
     if importlib.util.find_spec("peft") is None:
-        return {"skipped": "peft is not installed (carry its wheel and accelerate's, docs/lora.md)"}
+        return {"skipped": "peft is not installed (carry its wheel and accelerate's, docs/guides/lora.md)"}
     rows = lora_rows(24, (1,), COMMAND, lambda: DEADLINE.timeout(600))
     by = {r["mode"]: r for r in rows}
     passed = all(by[m]["device_resident_MiB"] < by["full"]["device_resident_MiB"] for m in ("lora-r16", "lora-r64"))
@@ -382,52 +128,24 @@ def features_smoke(cuda: bool) -> dict:
     if not cuda:
         return {"skipped": "CPU fallback"}
     lora = ["policy.lora.rank=16"] if importlib.util.find_spec("peft") else []
-    overrides = [
-        "ppo.init_from_sft=false",
-        "ppo.max_num_steps=2",
-        "ppo.num_prompts_per_step=16",
-        "ppo.max_val_samples=16",
-        "ppo.val_batch_size=16",
-        "policy.train_global_batch_size=8",
-        "value.train_global_batch_size=8",
-        "loss.kl_coef=0.05",
-        "reward.num_workers=0",
-        "logger.progress=false",
-        "logger.tensorboard=false",
-        "checkpointing.enabled=false",
-        *FEATURE_FLAGS,
-        *lora,
-    ]
+    overrides = (
+        """ppo.init_from_sft=false ppo.max_num_steps=2 ppo.num_prompts_per_step=16
+        ppo.validation.max_samples=16 ppo.validation.batch_size=16 policy.train_global_batch_size=8
+        value.train_global_batch_size=8 loss.kl.coef=0.05 reward.num_workers=0 logger.progress=false
+        logger.tensorboard=false checkpointing.enabled=false""".split()
+        + [*FEATURE_FLAGS, *lora]
+    )
     with tempfile.TemporaryDirectory() as tmp:
         proc, records, seconds = run_dtppo(overrides, Path(tmp) / "log", cuda, timeout=900)
-    last = next((r for r in reversed(records) if "train/loss" in r), {})
-    keys = ("train/reward", "train/loss", "train/critic/loss", "train/token_mult_prob_error")
+    metrics, finite = last_step(records)
     return {
         "overrides": overrides,
         "exit_code": proc.returncode,
         "seconds": seconds,
-        "last_step_metrics": {k: last.get(k) for k in keys},
+        "last_step_metrics": metrics,
         "stderr_tail": proc.stderr[-3000:] if proc.returncode else "",
-        "passed": proc.returncode == 0 and all(isinstance(last.get(k), float) and math.isfinite(last[k]) for k in keys),
+        "passed": proc.returncode == 0 and finite,
     }
-
-
-def long_responses(cuda: bool) -> dict:
-    """The long_responses phase (module docstring); the CPU fallback runs the tiny shape at 256 tokens. A pass that
-    runs out of device memory is recorded as such (and fails the phase)."""
-    shape = {**SHAPES["0.5b"], "vocab_size": QWEN25_VOCAB} if cuda else None
-    rows = []
-    for length in (8192, 16384) if cuda else (256,):
-        for what in ("critic", "policy", "logprobs"):
-            row = {"T": length, "what": what, "layout": "padded", "cp": 1}
-            try:
-                row |= long_response_pass(length, "padded", what, shape=shape, device="cuda" if cuda else "cpu")
-            except torch.OutOfMemoryError:
-                row["failed"] = "out of device memory"
-            if cuda:
-                torch.cuda.empty_cache()
-            rows.append(row)
-    return {"rows": rows, "passed": all("seconds" in row for row in rows)}
 
 
 def environment(cuda: bool) -> dict:
@@ -449,26 +167,13 @@ def environment(cuda: bool) -> dict:
     }
 
 
-PHASES = [
-    "environment",
-    "features_smoke",
-    "step",
-    "decode",
-    "table_1.5b",
-    "table_0.5b",
-    "quickstart",
-    "long_responses",
-    "hf_generate",
-    "checkpoint_resume",
-    "numerics",
-    "memory_features",
-    "memory_lora",
-    "step_vllm",
-]
+PHASES = """environment features_smoke step decode table_1.5b table_0.5b quickstart long_responses hf_generate
+    checkpoint_resume numerics memory_features memory_lora step_vllm""".split()
 
 
 def phase_runs(cuda: bool, args, record: dict) -> dict[str, Callable[[], dict]]:
-    """Each phase by name; the first ones answer the most (docs/performance.md, "The device script")."""
+    """Each phase by name; the first ones answer the most (docs/guides/performance-gpu.md, "`bash
+    bench/device/gpu.sh`: the checks")."""
     device = torch.device("cuda" if cuda else "cpu")
 
     def graph_tokens_per_s() -> float | None:

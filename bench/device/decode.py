@@ -1,14 +1,9 @@
-"""Decode throughput for bench/device/gpu.sh (issue 23, item 1): dtppo's torch sampler eager and as compiled graphs
-(``policy.generation.decode_graph``: one CUDA graph replayed per token), next to ``transformers.generate`` with a
-static cache and its own torch.compile, on the same model, prompts and lengths (EOS off: every row decodes every
-token). Each variant runs once to warm up (compiling), then once timed.
-
-On CUDA: Qwen2.5-0.5B's shape with its 151,936-token vocabulary, random weights, bf16, ``prompts`` × ``new_tokens``
-(256 × 256 by default). The CPU smoke test decodes a tiny model eagerly only, in seconds; ``full_on_cpu`` adds the
-compiled variant there too (minutes of compilation; the compiled path's equality is tested in make test,
-tests/unit/generation/test_decode_graph.py). ``transformers.generate`` is a phase of its own, late in the device
-script: it compiles a second 24-layer graph and answers less.
-"""
+"""Decode throughput (bench/device/gpu.sh, phases ``decode`` and ``hf_generate``): dtppo's torch sampler eager and as
+compiled graphs (``policy.generation.decode_graph``: one CUDA graph replayed per token), and ``transformers.generate``
+with a static cache and its own torch.compile, on one model, prompts and lengths (EOS off: every row decodes every
+token), each warmed up (compiling) then timed once. On CUDA: Qwen2.5-0.5B's shape and vocabulary, bf16, 256 x 256 by
+default; the CPU smoke test decodes a tiny model eagerly only (``full_on_cpu`` adds the compiled variant: minutes;
+tests/unit/generation/test_generator_decode_graph.py tests its equality)."""
 
 from __future__ import annotations
 
@@ -53,19 +48,11 @@ def _hf_generate(model, ids: torch.Tensor, new_tokens: int):
     compiles the forward itself on CUDA when the cache is static."""
     model.generation_config.cache_implementation = "static"
 
+    sampling = dict(do_sample=True, top_k=0, top_p=1.0, temperature=1.0, eos_token_id=None, pad_token_id=0)
+
     def run():
-        return model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=True,
-            top_k=0,
-            top_p=1.0,
-            temperature=1.0,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            eos_token_id=None,
-            pad_token_id=0,
-        )[:, ids.shape[1] :]
+        mask, length = torch.ones_like(ids), dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+        return model.generate(input_ids=ids, attention_mask=mask, **sampling, **length)[:, ids.shape[1] :]
 
     return run
 

@@ -154,11 +154,9 @@ def compare(ref: dict, got: dict, mask: torch.Tensor, precision: str, label: str
         "logprob_max_abs_diff": tol["logprob_max"],
         "logprob_mean_abs_diff": tol["logprob_mean"],
         "value_max_abs_diff": tol["value_max"],
-        "policy_loss_diff": tol["loss"],
-        "critic_loss_diff": tol["loss"],
-        "policy_grad_norm_rel_diff": tol["grad_norm_rel"],
-        "critic_grad_norm_rel_diff": tol["grad_norm_rel"],
     }
+    limits |= {f"{m}_loss_diff": tol["loss"] for m in ("policy", "critic")}
+    limits |= {f"{m}_grad_norm_rel_diff": tol["grad_norm_rel"] for m in ("policy", "critic")}
     row["tolerances"] = limits
     row["passed"] = all(math.isfinite(row[k]) and row[k] <= limit for k, limit in limits.items())
     return row
@@ -173,33 +171,14 @@ def numerics(device: torch.device, batch: int, new_tokens: int) -> list[dict]:
     exp = generator.sample(SampleRequest(prompts, SamplingParams(new_tokens), stream_key(0, 0), torch.arange(batch)))
     exp = with_targets(exp, policy, critic)
     reference = evaluate(policy, critic, exp, torch.device("cpu"), "fp32")
-    if device.type == "cpu":
-        return [
-            compare(
-                reference,
-                evaluate(policy, critic, exp, device, "fp32"),
-                exp.response_mask,
-                "fp32",
-                "cpu fp32 vs cpu fp32 (smoke: plumbing only)",
-            )
-        ]
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, False
-    rows = [
-        compare(
-            reference,
-            evaluate(policy, critic, exp, device, "fp32"),
-            exp.response_mask,
-            "fp32",
-            "cuda fp32 (TF32 off) vs cpu fp32",
-        )
+    checks = {"fp32": "cpu fp32 vs cpu fp32 (smoke: plumbing only)"}
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, False
+        checks = {
+            "fp32": "cuda fp32 (TF32 off) vs cpu fp32",
+            "bf16": "cuda bf16 params / bf16 autocast, fp32 reductions vs cpu fp32",
+        }
+    return [
+        compare(reference, evaluate(policy, critic, exp, device, precision), exp.response_mask, precision, label)
+        for precision, label in checks.items()
     ]
-    rows.append(
-        compare(
-            reference,
-            evaluate(policy, critic, exp, device, "bf16"),
-            exp.response_mask,
-            "bf16",
-            "cuda bf16 params / bf16 autocast, fp32 reductions vs cpu fp32",
-        )
-    )
-    return rows

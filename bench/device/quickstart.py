@@ -1,12 +1,9 @@
-"""The README's one-GPU quickstart as a device check (bench/device/gpu.sh, check "quickstart"): the recipe
-recipes/qwen2.5-0.5b-gsm8k-1gpu.yaml for 2 PPO steps, offline, on random weights of Qwen2.5-0.5B's shape
-(bench/common/shapes.py; the CPU fallback: its smoke shape and small batches) and the GSM8K rows the tests ship, then
-`dtppo export` of its checkpoint. It records what the README promises a user: the exit code, the first lines the run
-prints, where the checkpoint and the export land, the step time and the peak device memory at the recipe's batch
-sizes. A check of the plumbing and the memory, not of learning (random weights score 0).
-
-Run alone, it writes the README's quickstart block (the lines the run printed) and keeps the result as
-bench/results/device/quickstart_<mode>.json, from which tests/repo/test_readme.py renders the block again:
+"""The README's one-GPU quickstart as a device check (phase ``quickstart``): recipes/qwen2.5-0.5b-gsm8k-1gpu.yaml for 2
+PPO steps, offline, on random weights of Qwen2.5-0.5B's shape (the CPU fallback: the smoke shape, small batches) and
+the GSM8K rows the tests ship, then `dtppo export` of its checkpoint: the exit codes, the first lines the run prints,
+where the checkpoint and the export land, the step time and the peak device memory. Plumbing and memory, not learning.
+Run alone, it keeps the result as bench/results/device/quickstart_<mode>.json and writes the README's quickstart
+block from it (tests/repo/test_readme.py renders the block again).
 
     python -m bench.device.quickstart           # on a GPU; --cpu: the CPU fallback
 """
@@ -36,15 +33,9 @@ RECIPE = REPO / "recipes" / "qwen2.5-0.5b-gsm8k-1gpu.yaml"
 GSM8K = REPO / "tests" / "data" / "gsm8k"
 SMOKE_VOCAB = 512  # the CPU fallback's vocabulary, as the throughput table's smoke row
 # The CPU fallback keeps the plumbing and shrinks the work: a 2-block model, 8 prompts, 16 new tokens.
-CPU_SIZES = [
-    "ppo.num_prompts_per_step=8",
-    "ppo.max_val_samples=8",
-    "ppo.val_batch_size=8",
-    "policy.generation.max_new_tokens=16",
-    "policy.train_global_batch_size=8",
-    "value.train_global_batch_size=8",
-    "reward.num_workers=0",
-]
+CPU_SIZES = """ppo.num_prompts_per_step=8 ppo.validation.max_samples=8 ppo.validation.batch_size=8
+    policy.generation.max_new_tokens=16 policy.train_global_batch_size=8 value.train_global_batch_size=8
+    reward.num_workers=0""".split()
 
 
 def _dtppo(args: list[str], cwd: Path, cuda: bool) -> tuple[subprocess.CompletedProcess, float]:
@@ -75,7 +66,12 @@ def quickstart(cuda: bool) -> dict:
             for key in (f"path={GSM8K / f'{name}.jsonl'}", "hf_config=null", "split=null")
         ]
         # the recipe's training sizes; one short validation (the device session's minutes are few)
-        short = ["ppo.max_num_steps=2", "ppo.val_period=2", "ppo.val_at_start=false", "ppo.max_val_samples=64"]
+        short = [
+            "ppo.max_num_steps=2",
+            "ppo.validation.period=2",
+            "ppo.validation.at_start=false",
+            "ppo.validation.max_samples=64",
+        ]
         overrides = [*local, *short, *([] if cuda else CPU_SIZES)]
         run, run_s = _dtppo(["ppo", str(RECIPE), *overrides], work, cuda)
         ckpt = work / "runs" / "qwen2.5-0.5b-gsm8k" / "checkpoints"

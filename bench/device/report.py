@@ -118,17 +118,7 @@ def _long_responses(result: dict) -> list[str]:
     return lines
 
 
-PRINTERS = {
-    "numerics": _numerics,
-    "step": _step,
-    "table_0.5b": _step,
-    "table_1.5b": _step,
-    "step_vllm": _step,
-    "decode": _decode,
-    "hf_generate": _decode,
-    "checkpoint_resume": _checkpoint,
-    "memory_features": _memory_features,
-    "memory_lora": _memory_lora,
-    "quickstart": _quickstart,
-    "long_responses": _long_responses,
-}
+PRINTERS = {"numerics": _numerics, "decode": _decode, "hf_generate": _decode, "checkpoint_resume": _checkpoint}
+PRINTERS |= {name: _step for name in ("step", "table_0.5b", "table_1.5b", "step_vllm")}
+PRINTERS |= {"memory_features": _memory_features, "memory_lora": _memory_lora, "quickstart": _quickstart}
+PRINTERS |= {"long_responses": _long_responses}

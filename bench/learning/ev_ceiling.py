@@ -1,31 +1,16 @@
-"""How much of the return's variance can a critic explain at all? EV ceilings of simple predictors (issue 12, item 1).
+"""How much of the return's variance can a critic explain at all? The EV ceilings of simple predictors.
 
-From a saved SFT model: sample K answers to each of N training prompts (the recipe's sampling settings), score
-them with the recipe's reward as a PPO step does (``Rewarder``), and take the critic's targets as PPO does with
-λ_value = 1 and no KL: the discounted Monte-Carlo return at every response token (with γ = 1, the sample's
-reward). Then the explained variance
-``EV = 1 − Var(R − V) / Var(R)`` over all response tokens (as ``train/critic/explained_var``) of predictors V
-that a critic could at best approach:
-
-- ``form oracle``: the mean return of samples with the same answer form (a bare ``#### N`` vs a worked answer),
-  known from the first response token on (the form is the first token's choice);
-- ``prompt MC mean (leave-one-out)``: the mean return of the prompt's other K − 1 samples, i.e. an estimate of
-  V(prompt) that does not see the sample it predicts; ``(in-sample)`` includes it (biased upward; a bound);
-- ``prompt x form (leave-one-out)``: the mean of the prompt's other samples of the same form (the prompt mean
-  when there is none);
-- ``difficulty oracle`` (only with ``data.tiny_math.hard_fraction > 0``): the mean return of samples whose
-  problem has the same difficulty (a hard problem shows a number above ``data.tiny_math.max_number``), known
-  from the prompt;
-- ``difficulty x form``: the mean return of samples of the same difficulty and form.
-
-Each EV is also given per response-position bucket, to show where the explainable variance lies.
-``--critic DIR`` (a critic written by ``dtppo export``) adds that critic's own values V(s_t) on the same
-samples as a row, so a trained critic can be set against the ceilings on identical data.
+From a saved SFT model (the recipe's ``sft.output_dir``, or ``--model``): K answers to each of N training prompts,
+scored by the recipe's reward as a PPO step scores them, and the critic's targets as PPO takes them with λ_value = 1
+and no KL (the Monte-Carlo return at every response token). Then ``EV = 1 − Var(R − V) / Var(R)`` over the response
+tokens, overall and per position bucket, of predictors V a critic could at best approach: the mean return of the
+samples of the same answer form (``form oracle``: a bare ``#### N`` or a worked answer, the first token's choice);
+of the prompt's other samples (``prompt MC mean (leave-one-out)``; ``(in-sample)`` includes the sample: a bound);
+of the prompt's other samples of the same form (``prompt x form``); with two difficulties, of the same difficulty
+(``difficulty oracle``: known from the prompt) and of the same difficulty and form. ``--critic DIR`` (an exported
+critic) adds that critic's own values on the same samples.
 
     python -m bench.learning.ev_ceiling recipes/tiny-math-cpu.yaml [key=value ...] [--prompts 64] [--samples 8]
-
-Uses the recipe's ``sft.output_dir`` (``--model`` to choose another, e.g. an exported policy). Writes
-bench/results/learning/ev_ceiling.json.
 """
 
 from __future__ import annotations
@@ -40,7 +25,8 @@ from bench.common.record import command_line, write_record
 from dtppo import config as config_lib
 from dtppo.algorithms.advantages import compute_gae, token_level_rewards
 from dtppo.algorithms.losses import explained_var
-from dtppo.data.loader import build_sources, encode_prompts
+from dtppo.data.chat import encode_prompts
+from dtppo.data.loader import build_sources
 from dtppo.generation.generator import TorchGenerator
 from dtppo.generation.responses import decode_responses
 from dtppo.generation.sampler import stream_key
@@ -112,20 +98,14 @@ def sample(cfg: config_lib.Config, model_dir: str, num_prompts: int, num_samples
     model = build_causal_lm(
         model_dir, cfg.policy.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, seed
     ).eval()
-    source, _ = build_sources(cfg, tokenizer=tokenizer)
+    source, _ = build_sources(cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer)
     problems = [source[i] for i in range(offset, offset + num_prompts)]
     repeated = [p for p in problems for _ in range(num_samples)]
     prompts = encode_prompts(tokenizer, repeated, cfg.data)
     gen = cfg.policy.generation
     generator = TorchGenerator(model, stop_token_ids(model, tokenizer), tokenizer.pad_token_id)
-    experience = generator.sample(
-        SampleRequest(
-            prompts,
-            SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p),
-            stream_key(seed, 0),
-            torch.arange(len(prompts)),
-        )
-    )
+    params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p)
+    experience = generator.sample(SampleRequest(prompts, params, stream_key(seed, 0), torch.arange(len(prompts))))
     texts = decode_responses(tokenizer, experience)
     rewarder = Rewarder(cfg.reward, cfg.data.system_prompt, "local", torch.device("cpu"))  # no Ray cluster here
     try:
@@ -147,7 +127,7 @@ def is_hard(question: str, max_number: int) -> bool:
     return max(int(w.strip(".,")) for w in question.split() if w.strip(".,").isdigit()) > max_number
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe")
     parser.add_argument("overrides", nargs="*")
@@ -157,39 +137,43 @@ def main() -> None:
     parser.add_argument("--critic", help="an exported critic directory: its values become one more row")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--offset",
-        type=int,
-        default=0,
-        help="first training problem used (e.g. past those a PPO run trained its critic on)",
+        "--offset", type=int, default=0, help="first training problem used (e.g. past those a PPO run trained on)"
     )
     parser.add_argument("--out", default=str(LEARNING / "ev_ceiling.json"))
-    args = parser.parse_args()
-    cfg = config_lib.load(args.recipe, args.overrides)
-    preflight(cfg)
-    model_dir = args.model or cfg.sft.output_dir
-    torch.manual_seed(args.seed)
-    experience, rewards, prompt_ids, bare, hard = sample(
-        cfg, model_dir, args.prompts, args.samples, args.seed, args.offset
-    )
+    return parser.parse_args()
+
+
+def explained_variances(cfg, critic: str | None, experience, rewards, prompt_ids, bare, hard) -> tuple[dict, dict]:
+    """Each predictor's EV (and the critic's, when given) per position bucket; and the buckets' masks."""
     mask = experience.response_mask
     token_rewards = token_level_rewards(rewards, mask)
-    _, returns = compute_gae(token_rewards, torch.zeros_like(mask), mask, cfg.ppo.gamma, 1.0)
+    _, returns = compute_gae(token_rewards, torch.zeros_like(mask), mask, cfg.ppo.gae.gamma, 1.0)
     buckets = {"all tokens": mask, **position_masks(mask)}
-    table = {}
-    for name, per_sample in predictors(rewards, prompt_ids, bare, hard).items():
-        values = per_sample.float()[:, None].expand_as(mask)
-        table[name] = {bucket: float(explained_var(returns, values, m)) for bucket, m in buckets.items()}
-    if args.critic:
+    rows = {
+        name: per_sample.float()[:, None].expand_as(mask)
+        for name, per_sample in predictors(rewards, prompt_ids, bare, hard).items()
+    }
+    if critic:
         with torch.no_grad():
-            values = (
-                ValueModel.from_pretrained(args.critic, shift=cfg.value.shift_values)
-                .eval()
-                .values(experience.input_ids, experience.attention_mask)
-            )
-        table[f"critic {args.critic}"] = {
-            bucket: float(explained_var(returns, values, m)) for bucket, m in buckets.items()
+            model = ValueModel.from_pretrained(critic, shift=cfg.value.shift_values).eval()
+            rows[f"critic {critic}"] = model.values(experience.input_ids, experience.attention_mask)
+    table = {name: {b: float(explained_var(returns, v, m)) for b, m in buckets.items()} for name, v in rows.items()}
+    return table, buckets
+
+
+def facts(args, model_dir: str, rewards, bare, hard, buckets: dict) -> dict:
+    """What was sampled and how it scored: accuracy by answer form (and by difficulty), tokens per bucket."""
+    mask = buckets["all tokens"]
+    difficulty = (
+        {}
+        if hard is None
+        else {
+            "hard_fraction": float(hard.float().mean()),
+            "accuracy_easy": float(rewards[~hard].mean()) if (~hard).any() else None,
+            "accuracy_hard": float(rewards[hard].mean()) if hard.any() else None,
         }
-    facts = {
+    )
+    return {
         "model": model_dir,
         "critic": args.critic,
         "prompts": args.prompts,
@@ -200,23 +184,28 @@ def main() -> None:
         "bare_fraction": float(bare.float().mean()),
         "accuracy_bare": float(rewards[bare].mean()) if bare.any() else None,
         "accuracy_worked": float(rewards[~bare].mean()) if (~bare).any() else None,
-        **(
-            {}
-            if hard is None
-            else {
-                "hard_fraction": float(hard.float().mean()),
-                "accuracy_easy": float(rewards[~hard].mean()) if (~hard).any() else None,
-                "accuracy_hard": float(rewards[hard].mean()) if hard.any() else None,
-            }
-        ),
+        **difficulty,
         "token_fraction_per_bucket": {b: float(m.sum() / mask.sum()) for b, m in buckets.items()},
         "command": command_line(),
     }
-    print(json.dumps(facts, indent=1))
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = config_lib.load(args.recipe, args.overrides)
+    preflight(cfg)
+    model_dir = args.model or cfg.sft.output_dir
+    torch.manual_seed(args.seed)
+    experience, rewards, prompt_ids, bare, hard = sample(
+        cfg, model_dir, args.prompts, args.samples, args.seed, args.offset
+    )
+    table, buckets = explained_variances(cfg, args.critic, experience, rewards, prompt_ids, bare, hard)
+    found = facts(args, model_dir, rewards, bare, hard, buckets)
+    print(json.dumps(found, indent=1))
     print(f"\n{'predictor':<32}" + "".join(f"{b:>15}" for b in buckets))
     for name, row in table.items():
         print(f"{name:<32}" + "".join(f"{v:>15.3f}" for v in row.values()))
-    write_record(args.out, {**facts, "explained_variance": table}, facts["command"])
+    write_record(args.out, {**found, "explained_variance": table}, found["command"])
     print(f"wrote {args.out}")
 
 

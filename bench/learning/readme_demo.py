@@ -1,10 +1,8 @@
-"""The README's demo block, written from a real `make demo` run so that it cannot drift from one.
-
-After `make demo`, `python -m bench.learning.readme_demo` keeps the run's JSON (runs/demo/critic_alignment.json)
-with the machine it ran on as bench/results/learning/demo_readme.json and its curves as docs/img/demo.png, and
-writes between the README's demo-output markers: one line of result, then the table and the expected-range lines
-`make demo` printed (bench/learning/critic.py's own functions render them from the JSON). tests/repo/test_readme.py
-renders the block again from bench/results/learning/demo_readme.json and fails when the README differs.
+"""The README's demo block, written from a real `make demo` run so that it cannot drift from one: the run's JSON
+(runs/demo/critic_alignment.json) kept with the machine it ran on as bench/results/learning/demo_readme.json, its
+curves as docs/img/demo.png, and between the README's demo-output markers one line of result, then the table and
+the expected-range lines `make demo` printed (bench/learning/report.py renders them from the JSON).
+tests/repo/test_readme.py renders the block again from the kept JSON and fails when the README differs.
 
     make demo && python -m bench.learning.readme_demo
 """
@@ -23,7 +21,7 @@ from pathlib import Path
 from bench.common.paths import LEARNING, REPO
 from bench.common.readme import with_block
 from bench.common.record import command_line, write_record
-from bench.learning.critic import print_expected, print_table
+from bench.learning.report import print_expected, print_table
 
 README = REPO / "README.md"
 KEPT = LEARNING / "demo_readme.json"

@@ -2,20 +2,13 @@
 
     python -m bench.perf.async_ppo [--steps 14] [--warmup 4] [--repeats 2] [--out bench/results/perf/async.json]
 
-Arms (each a `dtppo ppo` run of the tiny recipe from a random-init model, no SFT, no validation but the last
-step's, no checkpoints, the same seed and batch):
-  (a) colocated    2 ranks, each generating and training half of every batch (synchronous, dp=2)
-  (b) split-sync   1 training rank + 1 generation rank, ppo.max_lag=0 (each waits for the other)
-  (c) async-k1     the same split, ppo.max_lag=1 (generation of step i+1 overlaps training on step i)
-  (d) async-k2     the same split, ppo.max_lag=2
-Arms run in a rotated order per repeat (machine drift spreads over all of them). Speed: steps per second over the
-steps after the warm-up ones, from the step times each run logs (timing/step: back-to-back, so their sum is the wall
-time of those steps). Also kept per arm: the median of each phase, the generation ranks' busy share, and the
-trainer's wait for batches, which the speed-up model of docs/performance.md reads.
-
-Two workloads: ``balanced``, 8 prompts x up to 256 new tokens (few long responses: decoding is latency-bound, as
-with long chains of thought), chosen from pilot runs of arm (b) so that one generation rank and one training rank
-take about the same time per step on a 2-core EPYC (0.78 s sampling, 0.87 s training); and ``demo``, the demo
+Arms, each a `dtppo ppo` run of the tiny recipe from a random-init model (no SFT, no validation but the last step's,
+the same seed and batch): (a) colocated, 2 ranks each generating and training half of every batch; (b) split-sync,
+1 training rank + 1 generation rank, ppo.max_lag=0; (c) async-k1, the same split with ppo.max_lag=1 (generating step
+i+1 while training on step i); (d) async-k2, ppo.max_lag=2. Arms run in a rotated order per repeat. Speed: steps per
+second after the warm-up steps, from the step times each run logs; per arm also each phase's median, the generation
+ranks' busy share and the trainer's wait for batches. Workloads: ``balanced``, 8 prompts x up to 256 new tokens, where
+one generation rank and one training rank take about the same time per step on a 2-core EPYC; ``demo``, the demo
 recipe's 64 x 48, where training takes about 5x as long as sampling.
 """
 
@@ -47,44 +40,21 @@ SPLIT = ["cluster.workers_per_node=2", "cluster.generation_ranks=1"]
 ARMS = {
     "colocated": ["cluster.workers_per_node=2"],
     "split-sync": SPLIT,
-    "async-k1": [*SPLIT, "ppo.max_lag=1", "loss.rollout_is=token"],
-    "async-k2": [*SPLIT, "ppo.max_lag=2", "loss.rollout_is=token"],
+    "async-k1": [*SPLIT, "ppo.max_lag=1", "loss.rollout_correction.importance_sampling=token"],
+    "async-k2": [*SPLIT, "ppo.max_lag=2", "loss.rollout_correction.importance_sampling=token"],
 }
-PHASES = [
-    "timing/step",
-    "timing/generation",
-    "timing/generation_wait",
-    "timing/generation_busy",
-    "timing/train_wait",
-    "timing/reward",
-    "timing/value_inference",
-    "timing/policy_logprobs",
-    "timing/critic_update",
-    "timing/policy_update",
-    "timing/weight_refit",
-    "perf/generation_busy_fraction",
+PHASES = ["perf/generation_busy_fraction"] + [
+    f"timing/{phase}"
+    for phase in """step generation generation_wait generation_busy train_wait reward value_inference policy_logprobs
+    critic_update policy_update weight_refit""".split()
 ]
 
 
 def command(workload: str, arm: str, steps: int, log_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dtppo",
-        "ppo",
-        str(RECIPE),
-        "ppo.init_from_sft=false",
-        f"ppo.max_num_steps={steps}",
-        "ppo.val_at_start=false",
-        f"ppo.val_period={steps}",
-        "ppo.max_val_samples=16",
-        "checkpointing.enabled=false",
-        "logger.tensorboard=false",
-        "logger.progress=false",
-        f"logger.log_dir={log_dir}",
-        *WORKLOADS[workload],
-        *ARMS[arm],
-    ]
+    fixed = """ppo.init_from_sft=false ppo.validation.at_start=false ppo.validation.max_samples=16
+        checkpointing.enabled=false logger.tensorboard=false logger.progress=false""".split()
+    run = [f"ppo.max_num_steps={steps}", f"ppo.validation.period={steps}", f"logger.log_dir={log_dir}"]
+    return [sys.executable, "-m", "dtppo", "ppo", str(RECIPE), *fixed, *run, *WORKLOADS[workload], *ARMS[arm]]
 
 
 def run_arm(workload: str, arm: str, steps: int, warmup: int, workdir: Path, repeat: int) -> dict:
@@ -118,11 +88,8 @@ def summarise(rows: list[dict]) -> list[dict]:
     """Per workload and arm: mean steps/s over repeats, and the ratios to split-sync and colocated."""
     out = []
     for workload in WORKLOADS:
-        by_arm = {
-            arm: [r for r in rows if r["workload"] == workload and r["arm"] == arm]
-            for arm in ARMS
-            if any(r["workload"] == workload and r["arm"] == arm for r in rows)
-        }
+        by_arm = {arm: [r for r in rows if (r["workload"], r["arm"]) == (workload, arm)] for arm in ARMS}
+        by_arm = {arm: runs for arm, runs in by_arm.items() if runs}
         mean = {arm: statistics.mean(r["steps_per_s"] for r in rs) for arm, rs in by_arm.items()}
         for arm, rs in by_arm.items():
             out.append(

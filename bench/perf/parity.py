@@ -4,9 +4,11 @@ Prints a table and writes bench/results/perf/parity.json.   python -m bench.perf
 
 from __future__ import annotations
 
+import argparse
+
 from bench.common.paths import PERF
 from bench.common.record import command_line, write_record
-from tests.support.harness import run, worker_round
+from dtppo.testing.workers import run, worker_round
 
 MICRO = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2"]
 CASES = [
@@ -25,43 +27,41 @@ def _diff(a, b) -> float:
     return float((a.float() - b.float()).abs().max())
 
 
+# Each column: where a worker round's result holds it.
+CRITIC = {
+    "values": ("values",),
+    "value_loss": ("value_metrics", "loss"),
+    "critic_grad_norm": ("value_metrics", "grad_norm"),
+    "critic_weights": ("value_weights",),
+}
+POLICY = {
+    "logprobs": ("logprobs",),
+    "policy_loss": ("policy_metrics", "loss"),
+    "policy_grad_norm": ("policy_metrics", "grad_norm"),
+    "policy_weights": ("policy_weights",),
+}
+
+
+def _at(result: dict, path: tuple[str, ...]):
+    return result[path[0]] if len(path) == 1 else result[path[0]][path[1]]
+
+
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     ref = run(worker_round, 1, MICRO)
     rows = []
     for name, world, overrides in CASES:
         got = run(worker_round, world, overrides)
-        policy_checked = "value.parallel.tp=2" not in overrides  # the TP cases shard only the critic
-        rows.append(
-            {
-                "case": name,
-                "values": _diff(ref["values"], got["values"]),
-                "value_loss": _diff(ref["value_metrics"]["loss"], got["value_metrics"]["loss"]),
-                "critic_grad_norm": _diff(ref["value_metrics"]["grad_norm"], got["value_metrics"]["grad_norm"]),
-                "critic_weights": _diff(ref["value_weights"], got["value_weights"]),
-                "logprobs": _diff(ref["logprobs"], got["logprobs"]) if policy_checked else None,
-                "policy_loss": _diff(ref["policy_metrics"]["loss"], got["policy_metrics"]["loss"])
-                if policy_checked
-                else None,
-                "policy_grad_norm": _diff(ref["policy_metrics"]["grad_norm"], got["policy_metrics"]["grad_norm"])
-                if policy_checked
-                else None,
-                "policy_weights": _diff(ref["policy_weights"], got["policy_weights"]) if policy_checked else None,
-                "command": command_line(),
-            }
-        )
-    cols = [
-        "values",
-        "value_loss",
-        "critic_grad_norm",
-        "critic_weights",
-        "logprobs",
-        "policy_loss",
-        "policy_grad_norm",
-        "policy_weights",
-    ]
-    print(f"{'case':<28}" + "".join(f"{c:>17}" for c in cols))
+        sharded_policy = "value.parallel.tp=2" not in overrides  # the TP cases shard only the critic
+        diffs = {col: _diff(_at(ref, path), _at(got, path)) for col, path in CRITIC.items()}
+        diffs |= {
+            col: _diff(_at(ref, path), _at(got, path)) if sharded_policy else None for col, path in POLICY.items()
+        }
+        rows.append({"case": name, **diffs, "command": command_line()})
+    print(f"{'case':<28}" + "".join(f"{c:>17}" for c in [*CRITIC, *POLICY]))
     for r in rows:
-        print(f"{r['case']:<28}" + "".join(f"{'-' if r[c] is None else format(r[c], '.2e'):>17}" for c in cols))
+        cells = [f"{'-' if r[c] is None else format(r[c], '.2e'):>17}" for c in [*CRITIC, *POLICY]]
+        print(f"{r['case']:<28}" + "".join(cells))
     write_record(PERF / "parity.json", {"rows": rows}, indent=2)
 
 

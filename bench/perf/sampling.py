@@ -1,14 +1,11 @@
 """What sampling costs in a CPU decode step at a real vocabulary: Qwen2.5-0.5B's shape (151,936 tokens, random
-weights, fp32), one decode step of the static-KV decoder over ``--rows`` rows, next to what picking the tokens
-costs: greedy (argmax), dtppo's counter-based sampler (one hashed uniform per row, inverse CDF), and the
-counter-based Gumbel-max it replaced (one hashed uniform per vocabulary entry, as the sampler did before issue
-22). The noise's share of a step is (pick − greedy pick) / (decode forward + pick). Variants run interleaved,
-step by step, and the table shows medians. Prints a table and writes bench/results/perf/sampling.json.
+weights, fp32), one static-KV decode step over ``--rows`` rows, next to what picking the tokens costs: greedy
+(argmax), dtppo's counter-based sampler (one hashed uniform per row, inverse CDF) and a counter-based Gumbel-max (one
+hashed uniform per vocabulary entry). The noise's share of a step is (pick − greedy pick) / (decode forward + pick);
+variants run interleaved step by step, medians shown. ``--layers``: the bodies measured (24 is the 0.5B's; 2 leaves
+mostly the LM head, where the share is largest). Writes bench/results/perf/sampling.json.
 
     python -m bench.perf.sampling [--layers 24 2] [--rows 32] [--steps 20] [--threads 2] [--out FILE]
-
-``--layers`` lists the bodies measured: 24 is Qwen2.5-0.5B's, 2 leaves mostly the LM head (where the noise's share
-is largest).
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ GOAL = 0.20  # the noise at most this share of a decode step
 
 
 def gumbel_max_pick(logits: torch.Tensor, key: int, rows: torch.Tensor, t: int) -> torch.Tensor:
-    """The previous sampler's pick at T = 1: Gumbel noise hashed per (row, t, vocabulary entry), argmax, and the
+    """A Gumbel-max pick at T = 1: Gumbel noise hashed per (row, t, vocabulary entry), argmax, and the
     chosen token's log-prob from a full log_softmax."""
     gumbel = (-torch.log(-torch.log(counter_uniform(key, rows, t, logits.shape[-1])))).float()
     tokens = (logits + gumbel).argmax(-1)
@@ -80,7 +77,7 @@ def step_times(layers: int, num_rows: int, steps: int) -> dict[str, list[float]]
     params, greedy = SamplingParams(steps), SamplingParams(steps, greedy=True)
     times = {
         name: []
-        for name in ("decode forward", "pick: greedy", "pick: dtppo (inverse CDF)", "pick: Gumbel-max (before)")
+        for name in ("decode forward", "pick: greedy", "pick: dtppo (inverse CDF)", "pick: Gumbel-max (per entry)")
     }
     with torch.no_grad():
         logits = decoder.prefill(ids, torch.ones_like(ids), torch.arange(PROMPT_TOKENS).expand(num_rows, -1))
@@ -89,7 +86,7 @@ def step_times(layers: int, num_rows: int, steps: int) -> dict[str, list[float]]
             picks = {
                 "pick: greedy": lambda: pick_tokens(logits, greedy, None),
                 "pick: dtppo (inverse CDF)": lambda: pick_tokens(logits, params, uniform),
-                "pick: Gumbel-max (before)": lambda: gumbel_max_pick(logits, 7, rows, t),
+                "pick: Gumbel-max (per entry)": lambda: gumbel_max_pick(logits, 7, rows, t),
             }
             for name, pick in picks.items():
                 start = time.perf_counter()
@@ -133,12 +130,12 @@ def _print(rows: list[dict], args, layers: int) -> None:
     )
     print(f"{'variant':<30}{'ms':>9}{'noise ms':>10}{'step ms':>9}{'noise share':>13}")
     for r in rows:
-        extra = (
+        noise = (
             f"{r['noise_ms']:>10.1f}{r['step_ms']:>9.1f}{100 * r['noise_share_of_step']:>12.1f}%"
             if "noise_ms" in r
             else ""
         )
-        print(f"{r['variant']:<30}{r['ms_median']:>9.1f}{extra}")
+        print(f"{r['variant']:<30}{r['ms_median']:>9.1f}{noise}")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,12 @@
-"""Data-parallel scaling of the ~20M-parameter policy + critic updates: dp=1 (one process, one thread) vs
-dp=2 (two gloo ranks, one thread each, FSDP2), same global batch; dp=2 with the default unsharded
-gradient accumulation (one all-gather + one reduce-scatter per optimizer step), with FSDP's per-microbatch
-resharding (``parallel.unsharded_grad_accumulation=false``), and replicated (``parallel.dp_replicate=2``:
-HSDP with one rank per shard group, so one gradient all-reduce per optimizer step and no all-gather).
-Prints a table and writes bench/results/perf/scaling.json, with a measured breakdown of where dp=2 spends its
-time: FSDP all-gather and reduce-scatter (read from the profiler's FSDP::* regions of one extra profiled step;
-on CPU these collectives are synchronous, so their time includes waiting for the other rank) and each rank's
-share of the tokens.
+"""Data-parallel scaling of the ~20M-parameter policy + critic updates at one global batch: dp=1 (one process, one
+thread) against dp=2 (two gloo ranks of one thread, FSDP2) with unsharded gradient accumulation (one all-gather and
+one reduce-scatter per optimizer step), with FSDP's per-microbatch resharding, and replicated (HSDP, one gradient
+all-reduce per step). Also where dp=2 spends its time: FSDP's all-gather and reduce-scatter, from the profiler's
+FSDP::* regions of one more step (synchronous on CPU: waiting for the other rank included), and each rank's tokens.
+Layouts run interleaved, round by round, a layout's step time the median of all its steps (single steps vary by
+±10 % even on an idle machine). Writes bench/results/perf/scaling.json.
 
     python -m bench.perf.scaling [--rounds 2] [--steps 3] [--batch 32] [--micro 8] [--seq 256]
-
-The machine is noisy (single steps vary by ±10 % even when idle), so the layouts run interleaved: every round
-launches each layout once, and a layout's step time is the median over all its timed steps of all rounds.
 """
 
 from __future__ import annotations
@@ -174,13 +169,10 @@ def summarise(layout: str, world: int, result: dict, command: str) -> dict:
         "gflops": flops / step_s / 1e9,
         "peak_gflops": peak,
         "pct_of_peak": 100.0 * flops / step_s / 1e9 / peak,
-        "tokens_per_rank": result["tokens_per_rank"],
-        "tokens_per_rank_in_blocks": result["tokens_per_rank_in_blocks"],
+        **{key: result[key] for key in ("tokens_per_rank", "tokens_per_rank_in_blocks")},
         "fsdp_comm_s_per_rank": comm,
         "profiled_update_s_per_rank": {name: b["update_s"] for name, b in result["breakdown_per_rank"].items()},
-        "breakdown_per_rank": result["breakdown_per_rank"],
-        "gloo_collective_s_one_model_fp32": result["gloo_collective_s_one_model_fp32"],
-        "model_numel": result["model_numel"],
+        **{key: result[key] for key in ("breakdown_per_rank", "gloo_collective_s_one_model_fp32", "model_numel")},
         "step_times_s": result["times"],
         "command": command,
     }

@@ -1,13 +1,10 @@
-"""Training throughput of the ~20M-parameter Qwen2 policy + critic (forward, backward, AdamW) through
-dtppo's workers, padded vs sequence-packed, as useful GFLOP/s and % of this machine's fp32 matmul peak.
-FLOP formula: bench/common/workload.py. Prints a table and writes bench/results/perf/train_flops_<threads>t.json.
-
-One process builds both variants and alternates their steps, so load from other processes on a shared
-machine hits both alike; the matmul peak is measured in that process before, between and after the steps.
-Peak RSS comes from one fresh process per variant (warm-up step + one step), so each is its own.
+"""Training throughput of the ~20M-parameter Qwen2 policy + critic (forward, backward, AdamW) through dtppo's
+workers, padded against sequence-packed, as useful GFLOP/s and % of this machine's fp32 matmul peak (FLOPs:
+bench/common/workload.py). One process builds both variants and alternates their steps, so that load from other
+processes hits both alike, the peak measured in it before, between and after the steps; each variant's peak RSS
+comes from a fresh process of its own. Writes bench/results/perf/train_flops_<threads>t.json.
 
     python -m bench.perf.train_flops [--model 20m|tiny] [--steps 3] [--batch 32] [--micro 8] [--seq 256] [--threads 2]
-    python -m bench.perf.train_flops --profile --threads 1    # CPU-time shares: matmul, attention, AdamW, other
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from bench.common.paths import PERF, REPO
 from bench.common.record import kernels_prefix, write_record
@@ -91,30 +87,6 @@ def measure_times(args: argparse.Namespace) -> dict:
     }
 
 
-def profile_shares(args: argparse.Namespace) -> dict:
-    """Where one packed critic + policy update spends its time (after a warm-up update), by CPU time:
-    matmul kernels, attention kernels, the AdamW step (inclusive) and everything else."""
-    torch.set_num_threads(args.threads)
-    workers, exp = build(args, packing=True)
-    for worker in workers.values():
-        worker.train(exp)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for worker in workers.values():
-            worker.train(exp)
-    events = prof.key_averages()
-    total = sum(e.self_cpu_time_total for e in events)
-    matmul = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm"))
-    attention = sum(e.self_cpu_time_total for e in events if "scaled_dot_product" in e.key)
-    optimizer = sum(e.cpu_time_total for e in events if e.key.startswith("Optimizer.step"))
-    shares = {
-        "matmul": matmul,
-        "attention": attention,
-        "adamw_step": optimizer,
-        "other (norms, rotary, activations, softmax, loss, copies)": total - matmul - attention - optimizer,
-    }
-    return {name: value / total for name, value in shares.items()}
-
-
 def measure_memory(args: argparse.Namespace, variant: str) -> dict:
     """Peak RSS of a fresh process that builds one variant and runs a warm-up step and one step."""
     torch.set_num_threads(args.threads)
@@ -180,23 +152,9 @@ def main() -> None:
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument(
-        "--profile", action="store_true", help="only profile one packed update of each model: time shares by kind of op"
-    )
     parser.add_argument("--child", help="internal: 'times' or a variant name (memory), run in this process")
     parser.add_argument("--result", help="internal: where a child writes its raw result")
     args = parser.parse_args()
-    if args.profile:
-        shares = profile_shares(args)
-        for name, share in shares.items():
-            print(f"{name:<58}{100 * share:>6.1f} %")
-        out = PERF / f"train_flops_profile_{args.threads}t.json"
-        command = kernels_prefix() + (
-            f"python -m bench.perf.train_flops --profile --model {args.model} --batch {args.batch} "
-            f"--micro {args.micro} --seq {args.seq} --threads {args.threads}"
-        )
-        write_record(out, {"cpu_time_shares": shares, "command": command}, command, indent=2)
-        return
     if args.child:
         result = measure_times(args) if args.child == "times" else measure_memory(args, args.child)
         Path(args.result).write_text(json.dumps(result))
@@ -223,30 +181,18 @@ def main() -> None:
 
 
 def print_table(rows: list[dict]) -> None:
-    cols = [
-        ("variant", "variant", "{:<8}"),
-        ("step s", "step_s", "{:>8.2f}"),
-        ("tok/s", "tokens_per_s", "{:>7.0f}"),
-        ("GFLOP/s", "gflops", "{:>8.1f}"),
-        ("critic", "critic_gflops", "{:>7.1f}"),
-        ("policy", "policy_gflops", "{:>7.1f}"),
-        ("peak", "peak_gflops", "{:>7.1f}"),
-        ("% peak", "pct_of_peak", "{:>7.1f}"),
-        ("% peak/CPU-s", "pct_of_peak_cpu_time", "{:>13.1f}"),
-        ("computed tok", "executed_tokens", "{:>13d}"),
-        ("RSS MiB", "peak_rss_MiB", "{:>8.0f}"),
-    ]
-    print(
-        "".join(
-            head.ljust(len(fmt.format(rows[0][key]))) if i == 0 else head.rjust(len(fmt.format(rows[0][key])))
-            for i, (head, key, fmt) in enumerate(cols)
-        )
-    )
+    cols = {"variant": "{:<8}", "step_s": "{:>8.2f}", "tokens_per_s": "{:>7.0f}", "gflops": "{:>8.1f}"}
+    cols |= {"critic_gflops": "{:>7.1f}", "policy_gflops": "{:>7.1f}", "peak_gflops": "{:>7.1f}"}
+    cols |= {"pct_of_peak": "{:>7.1f}", "pct_of_peak_cpu_time": "{:>13.1f}", "executed_tokens": "{:>13d}"}
+    cols |= {"peak_rss_MiB": "{:>8.0f}"}
+    heads = "variant,step s,tok/s,GFLOP/s,critic,policy,peak,% peak,% peak/CPU-s,computed tok,RSS MiB".split(",")
+    widths = [len(fmt.format(rows[0][key])) for key, fmt in cols.items()]
+    print(heads[0].ljust(widths[0]) + "".join(h.rjust(w) for h, w in zip(heads[1:], widths[1:])))
     for r in rows:
-        print("".join(fmt.format(r[key]) for _, key, fmt in cols))
+        print("".join(fmt.format(r[key]) for key, fmt in cols.items()))
+    first = rows[0]
     print(
-        f"real tokens per step: {rows[0]['real_tokens']} (longest row {rows[0]['padded_width']}); "
-        f"params: {rows[0]['params']}"
+        f"real tokens per step: {first['real_tokens']} (longest row {first['padded_width']}); params: {first['params']}"
     )
 
 

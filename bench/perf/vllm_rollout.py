@@ -1,15 +1,12 @@
-"""Rollout throughput of the two generation backends side by side: the vllm backend's engine
-(src/dtppo/generation/vllm_engine.py, in-process, eager), dtppo's torch sampler with its hand-written static-KV
-decoder (src/dtppo/generation/decoder.py) and with HF's own forward + DynamicCache, and ``transformers``'
-``model.generate``; plus the engine's start-up and in-place refit times. Demo model (~1M parameters) and the
-~20M model of bench/common/workload.py, random init, the same tiny-math prompts for every variant, T = 1 over the full
-vocabulary, EOS disabled so every row generates exactly ``--new-tokens`` tokens. fp32, one OpenMP thread (the
-setting the vllm backend runs with on CPU). Prints a table and writes bench/results/perf/vllm_rollout.json.
+"""Rollout throughput of the generation backends side by side: the vllm backend's engine (in-process, eager), dtppo's
+torch sampler with its static-KV decoder and with HF's forward + DynamicCache, and ``transformers``' ``generate``;
+plus the engine's start-up and in-place refit times. The demo's model (~1M parameters) and bench/common/workload.py's
+~20M one, random init, the same tiny-math prompts for every variant, T = 1 over the full vocabulary, EOS disabled so
+that every row generates exactly ``--new-tokens`` tokens; fp32, one OpenMP thread (as the vllm backend runs on CPU).
+Variants run interleaved round by round; medians of wall time (tok/s) and of this process's CPU time (tok/CPU-s,
+which leaves out time spent waiting for a core). Writes bench/results/perf/vllm_rollout.json.
 
     python -m bench.perf.vllm_rollout [--batch 64] [--new-tokens 48] [--rounds 5] [--models tiny,20m]
-
-Variants run interleaved, round by round, so load from other processes falls on all of them; medians of wall
-time (tok/s) and of this process's CPU time (tok/CPU-s, which leaves out time spent waiting for a core).
 """
 
 from __future__ import annotations
@@ -29,7 +26,8 @@ from bench.common.paths import PERF, REPO
 from bench.common.record import command_line, write_record
 from bench.common.workload import MODELS
 from dtppo import config as config_lib
-from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.data.chat import encode_prompts
+from dtppo.data.loader import PromptLoader, build_sources
 from dtppo.generation import sampler
 from dtppo.generation.generator import TorchGenerator
 from dtppo.models.causal_lm import build_causal_lm
@@ -59,15 +57,8 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
         return run
 
     def hf_generate():
-        config = GenerationConfig(
-            do_sample=True,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=new_tokens,
-            eos_token_id=None,
-            pad_token_id=pad_id,
-        )
+        sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, eos_token_id=None, pad_token_id=pad_id)
+        config = GenerationConfig(max_new_tokens=new_tokens, **sampling)
         return model.generate(input_ids=ids, attention_mask=attn, generation_config=config)[:, width:].numel()
 
     def vllm_engine():
@@ -86,6 +77,27 @@ def build_variants(model, engine, prompts: list[list[int]], pad_id: int, new_tok
         "dtppo torch sampler, HF forward + DynamicCache": torch_sampler(False),
         "transformers generate (dynamic cache)": hf_generate,
     }
+
+
+def timed(variants: dict, refit, args) -> tuple[dict, dict, list[float]]:
+    """Each variant's wall and process-CPU seconds (CPU time leaves out waiting for a core), round by round after
+    a warm-up, and a refit's seconds per round."""
+    for run in variants.values():
+        assert run() == args.batch * args.new_tokens
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    cpu_times: dict[str, list[float]] = {v: [] for v in variants}
+    refits = []
+    with torch.no_grad():
+        for _ in range(args.rounds):
+            for variant, run in variants.items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                run()
+                times[variant].append(time.perf_counter() - t0)
+                cpu_times[variant].append(time.process_time() - c0)
+            t0 = time.perf_counter()
+            refit()
+            refits.append(time.perf_counter() - t0)
+    return times, cpu_times, refits
 
 
 def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) -> list[dict]:
@@ -110,21 +122,7 @@ def measure_model(name: str, args, prompts: list[list[int]], tok, command: str) 
     )
     startup = time.perf_counter() - start
     variants = build_variants(model, engine, prompts, tok.pad_token_id, args.new_tokens)
-    for run in variants.values():  # warm-up
-        assert run() == args.batch * args.new_tokens
-    times: dict[str, list[float]] = {v: [] for v in variants}
-    cpu_times: dict[str, list[float]] = {v: [] for v in variants}  # process CPU time: leaves out waiting for a core
-    refits = []
-    with torch.no_grad():
-        for _ in range(args.rounds):
-            for variant, run in variants.items():
-                t0, c0 = time.perf_counter(), time.process_time()
-                run()
-                times[variant].append(time.perf_counter() - t0)
-                cpu_times[variant].append(time.process_time() - c0)
-            t0 = time.perf_counter()
-            engine.refit(model, version=1)
-            refits.append(time.perf_counter() - t0)
+    times, cpu_times, refits = timed(variants, lambda: engine.refit(model, version=1), args)
     params = sum(p.numel() for p in model.parameters())
     common = {"model": name, "parameters": params, "load_average_1min_at_start": load, "command": command}
     tokens = args.batch * args.new_tokens
@@ -166,7 +164,9 @@ def main() -> None:
     import_s = time.perf_counter() - t0
     cfg = config_lib.load(RECIPE, ["ppo.init_from_sft=false"])
     tok = build_char_tokenizer()
-    problems = PromptLoader(build_sources(cfg)[0], cfg.ppo.seed).next_batch(args.batch)
+    problems = PromptLoader(
+        build_sources(cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples)[0], cfg.ppo.seed
+    ).next_batch(args.batch)
     prompts = encode_prompts(tok, problems, cfg.data)
     rows = [row for name in args.models.split(",") for row in measure_model(name, args, prompts, tok, command)]
     print(

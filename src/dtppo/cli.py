@@ -29,7 +29,7 @@ def _load(args: argparse.Namespace, sft: bool = False) -> config_lib.Config:
         _config_error(err)
     if cfg.policy.generation.backend == "vllm":
         # Before torch starts its OpenMP pool (spawned ranks inherit it): vLLM's CPU kernels spin-wait, and two
-        # threads on a busy machine slow generation 10-50x (docs/design.md). An explicit setting is kept.
+        # threads on a busy machine slow generation 10-50x (docs/design/generation.md). An explicit setting is kept.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     return cfg
 

@@ -1,7 +1,8 @@
 """The errors that stop a run, each with its exit code.
 
 A run stops with a ``RunStopped`` subclass when continuing would waste compute or lose data; the CLI turns it into one
-line on stderr and the class's ``exit_code`` (docs/reliability.md's table); a traceback only with ``DTPPO_DEBUG=1``.
+line on stderr and the class's ``exit_code`` (docs/guides/reliability.md's table); a traceback only with
+``DTPPO_DEBUG=1``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ They are read when used and do nothing when unset (the normal case):
   trainer's would report them (π_old/π_gen = exp(DELTA·(i mod 3)) per token): the mismatch correction's test.
 - ``DTPPO_TEST_OBSERVATIONS_AS_ACTIONS=1``: episodes' observation tokens are marked as the policy's own
   (``response_mask`` 1, generation log-prob 0), so they are trained on and valued as actions, the masking bug
-  peers had: the multi-turn experiment's ablation (docs/experiments/2026-12-02-tools-with-a-critic.md).
+  peers had: the multi-turn experiment's ablation (docs/measurements/2026-12-02-tools-with-a-critic.md).
 - ``DTPPO_TEST_LEARNING_FAULT=drop_rewards|zero_advantages``: GAE sees token rewards of 0 (the reward never reaches
   the returns), or every advantage is set to 0 after GAE (the policy gets no signal): the learning gate's negative
   controls (tests/functional/test_learning_gate.py).

@@ -167,9 +167,9 @@ class Experience:
     advantages:      [B, T] float32, whitened GAE or group-normalised GRPO advantages (0 off the response)
     returns:         [B, T] float32, value targets (GAE only)
     sample_mask:     [B] float32, 0 for a sample left out of training for its rollout–training mismatch
-                     (``ppo.seq_logprob_error_threshold``); None = every sample trains
+                     (``loss.rollout_correction.seq_logprob_error_threshold``); None = every sample trains
     is_weights:      [B, T] float32, truncated importance weights min(π_old/π_gen, C) on the policy loss
-                     (``loss.rollout_is``); None = unweighted
+                     (``loss.rollout_correction.importance_sampling``); None = unweighted
     turn_ids:        [B, T] int64, multi-turn episodes: the 1-based turn of each action and observation token (0 on
                      prompt and pad); None = single-turn
     turn_rewards:    [B, T] float32, the environment's reward for each turn on the turn's last action token

@@ -21,7 +21,7 @@ TOL = FORWARD_TOL  # log-probs of two models holding the same weights (tests/sup
 LORA = [
     "policy.lora.rank=4",
     "value.lora.rank=4",
-    "loss.kl_coef=0.1",
+    "loss.kl.coef=0.1",
     "policy.optimizer.lr=1e-2",
     "value.optimizer.lr=1e-2",
     "policy.train_micro_batch_size=2",
@@ -37,7 +37,14 @@ def _inspect(policy, value) -> dict:
     mask = exp.response_mask.bool()
     generator = token_logprobs(policy.generator.model, exp.input_ids, exp.attention_mask, mask, 1.0, 128)
     with torch.no_grad():
-        base = token_logprobs(build_policy(cfg, tok), exp.input_ids, exp.attention_mask, mask, 1.0, 128)
+        base = token_logprobs(
+            build_policy(cfg.policy_init_path, cfg.policy.model.tiny, cfg.ppo.seed, tok),
+            exp.input_ids,
+            exp.attention_mask,
+            mask,
+            1.0,
+            128,
+        )
     return {
         "trainer_after": policy.get_logprobs(exp),
         "generator_after": generator * exp.attention_mask,

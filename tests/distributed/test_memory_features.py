@@ -1,4 +1,4 @@
-"""Activation checkpointing and CPU offload (issue 22, part 2) against the plain path on 2 gloo ranks, all in one
+"""Activation checkpointing and CPU offload against the plain path on 2 gloo ranks, all in one
 launch: a policy-shaped causal LM (through the chunked log-prob head, ``models.logprobs``) and a critic
 (ValueModel), two optimizer steps each, at dp=2 (FSDP2) and at tp=2 with sequence parallelism; then the real
 workers built with both flags on against the plain workers. Every case is a fresh, identically seeded model.
@@ -42,7 +42,7 @@ MICRO = {"dp": 1, "tp": 2}
 # Block forwards per rank over the 2 steps: each microbatch's forward runs every block once; under AC, backward again.
 FORWARDS = {"dp": LAYERS * 2 * 2, "tp": LAYERS * 2 * 2}
 WORKER_FLAGS = [f"{w}.{k}=true" for w in ("policy", "value") for k in ("activation_checkpointing", "cpu_offload")]
-WORKER_BASE = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2", "loss.kl_coef=0.05"]
+WORKER_BASE = ["policy.train_micro_batch_size=2", "value.train_micro_batch_size=2", "loss.kl.coef=0.05"]
 
 
 def _model(role: str) -> torch.nn.Module:

@@ -1,5 +1,5 @@
 """A rank's torch thread count: the machine's cores shared among its ranks, unless OMP_NUM_THREADS is set
-(the vllm backend sets 1 on CPU and docs/design.md says training then uses one thread too)."""
+(the vllm backend sets 1 on CPU and docs/design/generation.md says training then uses one thread too)."""
 
 import os
 import subprocess

@@ -20,7 +20,7 @@ from dtppo.workers.role import PolicyRole
 from tests.support.recipes import tiny_config
 
 PROBLEMS = 37  # not a multiple of the ranks, nor of the validation batch
-OVERRIDES = ("ppo.val_batch_size=8", "policy.generation.val_greedy=false")
+OVERRIDES = ("ppo.validation.batch_size=8", "ppo.validation.greedy=false")
 
 
 class IdAnswers:

@@ -19,7 +19,7 @@ def sft_dir(tmp_path_factory):
             "sft.num_steps=60",
             "sft.careless_stage.num_steps=0",
             f"sft.output_dir={root / 'model'}",
-            "ppo.max_val_samples=32",
+            "ppo.validation.max_samples=32",
             "logger.tensorboard=false",
         ],
         cwd=root,

@@ -1,5 +1,5 @@
-"""Asynchronous PPO end to end (docs/async.md): generation on a rank of its own is the synchronous loop bit for bit
-at ppo.max_lag=0; at a lag, each batch comes from the policy exactly max_lag steps older, a run killed inside a
+"""Asynchronous PPO end to end (docs/guides/async.md): generation on a rank of its own is the synchronous loop bit for
+bit at ppo.max_lag=0; at a lag, each batch comes from the policy exactly max_lag steps older, a run killed inside a
 checkpoint resumes to the uninterrupted run's numbers, and a generation rank that dies stops the run with one line.
 The random-moment kills are in the reliability campaign (`make reliability`, its async trials)."""
 
@@ -38,14 +38,14 @@ def _ppo(sft_dir, name, *extra):
         *FAST,
         f"sft.output_dir={sft_dir}",
         "ppo.max_num_steps=3",
-        "ppo.val_period=3",
+        "ppo.validation.period=3",
         "checkpointing.enabled=false",
         f"logger.log_dir={name}/log",
         *extra,
     ]
 
 
-@pytest.mark.slow  # two runs side by side in fresh interpreters; generation ranks: test_remote_generation.py
+@pytest.mark.slow  # two runs side by side in fresh interpreters; generation ranks: test_remote.py
 def test_lag_zero_on_a_generation_rank_is_the_synchronous_loop_bit_for_bit(sft_dir, tmp_path):
     # One thread per process in both runs (the same kernels compute the same numbers); the two run side by side.
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
@@ -80,7 +80,9 @@ def test_a_run_killed_at_lag_two_resumes_to_the_uninterrupted_run(tmp_path):
     """As tests/functional/test_kill.py: the kill lands in the last checkpoint's write, just before the rename, so
     up to it the killed launch *is* the uninterrupted run; the resume redoes the last step from step_3, whose
     checkpoint holds batch 3, sampled by the policy of step 1 and not trained on yet."""
-    spec = RunSpec(steps=4, ranks=2, extra=(*SPLIT, "ppo.max_lag=2", "loss.rollout_is=token"))
+    spec = RunSpec(
+        steps=4, ranks=2, extra=(*SPLIT, "ppo.max_lag=2", "loss.rollout_correction.importance_sampling=token")
+    )
     ckpt, log = tmp_path / "run/ckpt", tmp_path / "run/log/metrics.jsonl"
     point = KillPoint("checkpoint", 0.1, save=4, pause_s=0.4, wait_for="manifest.json")
     kill = kill_at(launch(spec, tmp_path, "run", {PAUSE_ENV: str(point.pause_s)}), point, ckpt, 0.0, random.Random(0))
@@ -103,9 +105,11 @@ def test_a_run_killed_at_lag_two_resumes_to_the_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.slow  # a run with a generation rank; generation ranks: test_remote_generation.py
+@pytest.mark.slow  # a run with a generation rank; generation ranks: test_remote.py
 def test_a_generation_rank_that_dies_stops_the_run_with_one_line(tmp_path):
-    spec = RunSpec(steps=200, ranks=2, extra=(*SPLIT, "ppo.max_lag=1", "loss.rollout_is=token"))
+    spec = RunSpec(
+        steps=200, ranks=2, extra=(*SPLIT, "ppo.max_lag=1", "loss.rollout_correction.importance_sampling=token")
+    )
     proc = launch(spec, tmp_path, "run")
     metrics, deadline = tmp_path / "run/log/metrics.jsonl", time.monotonic() + 300
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3) and time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""Multi-turn episodes end to end (docs/episodes.md): the same episodes and numbers at dp=1 and dp=2, GRPO over
+"""Multi-turn episodes end to end (docs/guides/episodes.md): the same episodes and numbers at dp=1 and dp=2, GRPO over
 episodes, a run killed inside a checkpoint resumes to the uninterrupted run, a broken environment stops the run with
 one line, and the calculator example (SFT on transcripts, then PPO) runs."""
 
@@ -124,8 +124,8 @@ def test_the_calculator_example_trains_sft_on_transcripts_then_ppo(tmp_path):
     recipe = "examples/calculator-task.yaml"
     common = [
         *SMALL_MODEL,
-        "ppo.max_val_samples=16",
-        "ppo.val_batch_size=16",
+        "ppo.validation.max_samples=16",
+        "ppo.validation.batch_size=16",
         "logger.tensorboard=false",
         "sft.min_accuracy=0",
     ]
@@ -139,9 +139,9 @@ def test_the_calculator_example_trains_sft_on_transcripts_then_ppo(tmp_path):
             recipe,
             *common,
             "ppo.max_num_steps=2",
-            "ppo.val_period=2",
+            "ppo.validation.period=2",
             "ppo.num_prompts_per_step=8",
-            "ppo.policy_training_start_step=0",
+            "value.warmup.steps=0",
             "policy.train_global_batch_size=8",
             "value.train_global_batch_size=8",
             "checkpointing.enabled=false",

@@ -103,7 +103,7 @@ def test_gpu_script_cpu_fallback(tmp_path):
     assert quick["passed"] is True and quick["exit_codes"] == [0, 0], quick["stderr_tail"]
     assert quick["recipe"] == "recipes/qwen2.5-0.5b-gsm8k-1gpu.yaml" and quick["checkpoints"] == ["step_2"]
     assert {"policy", "critic"} <= set(quick["exported"]) and len(quick["step_seconds"]) == 2
-    # issue 46: the long-response passes (8k and 16k tokens at the 0.5B shape on CUDA; 256 tokens here)
+    # the long-response passes (8k and 16k tokens at the 0.5B shape on CUDA; 256 tokens here)
     long = phases["long_responses"]
     assert long["passed"] is True and [(r["what"], r["T"]) for r in long["rows"]] == [
         ("critic", 256), ("policy", 256), ("logprobs", 256)

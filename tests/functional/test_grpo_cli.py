@@ -21,7 +21,7 @@ def _args(files):
         *choice_args(files, "log", *GRPO),
         "ppo.max_num_steps=2",
         "ppo.ppo_epochs=2",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         "reward.accuracy_from=first_is_a",
         "checkpointing.enabled=true",
         "checkpointing.checkpoint_dir=ckpt",

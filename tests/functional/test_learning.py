@@ -2,13 +2,13 @@
 than a frozen random head (whether a critic explains what a constant cannot is test_learning_gate.py's gate: here
 the returns barely vary once accuracy is ~99 %, and EV stays near 0).
 
-Setting (docs/learning.md): the tiny-math task narrowed to one operation on numbers up to 10, SFT to its plateau
+Setting (docs/guides/learning.md): the tiny-math task narrowed to one operation on numbers up to 10, SFT to its plateau
 (SFT_TO_PLATEAU), then the 40-step careless stage that plants bare wrong `#### N` answers. PPO removes the
-shortcut within ~5 steps. Measured with the plateau SFT (issue 19), validation accuracy at PPO steps 0/5/10/15/20:
+shortcut within ~5 steps. Measured with the plateau SFT, validation accuracy at PPO steps 0/5/10/15/20:
 AVX2 kernels: SFT 98.4 % -> 17.2 % after the careless stage, then .172/.754/.895/.965/.977; AVX-512 kernels: SFT
 99.2 % -> 2.0 %, then .020/.914/.992/.992/.996. The gates (a >30-point drop from the careless stage, a 15-point lift
 of the mean of steps 15 and 20 over step 0) pass on both by ~50 points. The flipped-policy-loss control (accuracy falls)
-was measured with the earlier 450-step SFT (docs/learning.md).
+was measured on a 450-step SFT (docs/measurements/2026-11-30-learning-test-450-step-sft.md).
 
 The critic's gate and its negative control: see EV_GATE.
 
@@ -37,9 +37,10 @@ SFT_TO_PLATEAU = ["sft.num_steps=800", "sft.val_period=100", "sft.patience=2", "
 # The critic's explained variance, mean over the last half of a run, must exceed this: a bar a mean predictor (EV 0)
 # clears too, so it shows only that the critic moved off its random head. A critic whose value
 # loss has no gradient (DTPPO_TEST_VALUE_GRAD=off) keeps its random head: its values are noise around 0, so
-# EV ~ -Var(V_init)/Var(R) < 0 for as long as it runs. Measured (docs/learning.md, "The critic's gate"):
-# normal runs, steps 11-20: seed 0 -0.003, seed 1 -0.001; gradient off, steps 5-8: seed 0 -0.128, seed 1 -0.337.
-# With the plateau SFT (issue 19), seed 0: AVX2 kernels -0.005 (gradient off -0.185), AVX-512 kernels -0.035 (-0.730):
+# EV ~ -Var(V_init)/Var(R) < 0 for as long as it runs. Measured on a 450-step SFT (docs/measurements/): normal runs,
+# steps 11-20: seed 0 -0.003, seed 1 -0.001; gradient off, steps 5-8: seed 0 -0.128, seed 1 -0.337.
+# With the plateau SFT (docs/guides/learning.md, "The critic's gate"), seed 0: AVX2 kernels -0.005 (gradient off
+# -0.185), AVX-512 kernels -0.035 (-0.730):
 # the AVX-512 run passes by 0.025 only, since accuracy is ~99 % from step 10 on and the returns vary little.
 # (A sign-flipped value loss is no control for EV: the critic escapes through a constant offset, which EV ignores.)
 EV_GATE = -0.06
@@ -60,7 +61,7 @@ def learning_run(tmp_path_factory):
             "sft.careless_stage.num_steps=40",
             "sft.output_dir=sft",
             "ppo.max_num_steps=20",
-            "ppo.val_period=5",
+            "ppo.validation.period=5",
             "logger.log_dir=ppo",
         ],
         cwd,
@@ -105,9 +106,9 @@ def test_the_critic_beats_a_frozen_random_head(learning_run, monkeypatch):
             *EASY,
             "sft.output_dir=sft",
             f"ppo.max_num_steps={NEGATIVE_STEPS}",
-            "ppo.val_at_start=false",
-            f"ppo.val_period={NEGATIVE_STEPS}",
-            "ppo.max_val_samples=32",
+            "ppo.validation.at_start=false",
+            f"ppo.validation.period={NEGATIVE_STEPS}",
+            "ppo.validation.max_samples=32",
             "logger.log_dir=frozen_critic",
         ],
         learning_run,

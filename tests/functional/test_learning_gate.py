@@ -40,9 +40,9 @@ def _run(task, name: str, *extra: str, fault: str | None = None, monkeypatch=Non
     settings = [
         "policy.generation.min_new_tokens=2",  # every answer has the two tokens the critic's EV is taken over
         f"ppo.max_num_steps={STEPS}",
-        f"ppo.policy_training_start_step={WARMUP}",
+        f"value.warmup.steps={WARMUP}",
         "ppo.normalize_advantages=false",
-        f"ppo.val_period={STEPS}",
+        f"ppo.validation.period={STEPS}",
         "value.updates_per_step=2",
     ]
     run_cli(choice_args(files, name, *settings, *extra), root)

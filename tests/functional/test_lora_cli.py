@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoModelForTokenClass
 from tests.support.cli import checkpoint_tensors, read_jsonl, run_cli
 from tests.support.recipes import FAST, TINY
 
-LORA = ["policy.lora.rank=8", "value.lora.rank=8", "loss.kl_coef=0.05", "policy.optimizer.lr=1e-3"]
+LORA = ["policy.lora.rank=8", "value.lora.rank=8", "loss.kl.coef=0.05", "policy.optimizer.lr=1e-3"]
 
 
 def _args(name: str) -> list:
@@ -24,7 +24,7 @@ def _args(name: str) -> list:
         *LORA,
         "ppo.init_from_sft=false",
         "ppo.max_num_steps=2",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         f"logger.log_dir={name}/log",
         f"checkpointing.checkpoint_dir={name}/ckpt",
         "checkpointing.save_period=1",

@@ -10,7 +10,11 @@ from tests.support.cli import read_jsonl, run_cli
 from tests.support.recipes import FAST, RANDOM_START, TINY
 
 PROMPTS = 16  # FAST's ppo.num_prompts_per_step
-CORRECTION = ["ppo.seq_logprob_error_threshold=1.5", "loss.rollout_is=sequence", "loss.rollout_is_cap=2.0"]
+CORRECTION = [
+    "loss.rollout_correction.seq_logprob_error_threshold=1.5",
+    "loss.rollout_correction.importance_sampling=sequence",
+    "loss.rollout_correction.importance_sampling_cap=2.0",
+]
 
 
 def test_mismatch_correction_engages_on_the_mismatched_samples_only(tmp_path, monkeypatch):
@@ -22,7 +26,7 @@ def test_mismatch_correction_engages_on_the_mismatched_samples_only(tmp_path, mo
             *FAST,
             *RANDOM_START,
             "ppo.max_num_steps=1",
-            "ppo.val_at_start=false",
+            "ppo.validation.at_start=false",
             "checkpointing.enabled=false",
             "logger.log_dir=log",
             *CORRECTION,

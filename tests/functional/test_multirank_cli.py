@@ -28,7 +28,7 @@ def _args(sft_dir, name, steps, workers, *extra):
         *RANK_MICRO,
         f"sft.output_dir={sft_dir}",
         f"ppo.max_num_steps={steps}",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         f"cluster.workers_per_node={workers}",
         f"logger.log_dir={name}/log",
         f"checkpointing.checkpoint_dir={name}/ckpt",
@@ -168,7 +168,7 @@ def test_same_entry_point_under_torchrun(runs, sft_dir):
 def test_generation_ranks_under_torchrun_equal_the_spawned_ranks(runs, sft_dir):
     """torchrun starts 3 processes: two train (dp=2), the third only generates, one step ahead; the numbers are
     those of the same layout spawned by the CLI itself."""
-    extra = ["cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_is=token"]
+    extra = ["cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_correction.importance_sampling=token"]
     run_cli(_args(sft_dir, "spawned_async", 2, 3, *extra), runs)
     _torchrun(runs, 3, _args(sft_dir, "torchrun_async", 2, 3, *extra))
     for step in (1, 2):
@@ -190,7 +190,7 @@ def test_tiny_recipe_runs_on_two_ranks_without_micro_batch_overrides(tmp_path):
             *fast,
             *RANDOM_START,
             "ppo.max_num_steps=1",
-            "ppo.val_at_start=false",
+            "ppo.validation.at_start=false",
             "cluster.workers_per_node=2",
             "logger.log_dir=log",
             "checkpointing.enabled=false",

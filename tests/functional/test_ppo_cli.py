@@ -23,7 +23,7 @@ def _ppo_args(*extra: str) -> list[str]:
 def ppo_run(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("ppo")
     args = _ppo_args(
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         "loss.ratio_clip_c=3.0",
         "logger.log_dir=log",
         "checkpointing.checkpoint_dir=ckpt",
@@ -52,7 +52,7 @@ def test_reference_gates(ppo_run):
 # Three steps of two epochs on the task PPO learns fast (tests/support/choice_task.py): every step holds rewarded
 # and unrewarded samples, so the reward-dependent gates are tested, not vacuous (the tiny recipe's briefly
 # fine-tuned model is rarely right).
-GATE_RUN = ["ppo.max_num_steps=3", "ppo.ppo_epochs=2", "ppo.val_period=3"]
+GATE_RUN = ["ppo.max_num_steps=3", "ppo.ppo_epochs=2", "ppo.validation.period=3"]
 
 
 @pytest.mark.parametrize(
@@ -80,21 +80,23 @@ def test_each_gate_fails_on_the_broken_run_it_is_for(choice_task, monkeypatch, e
 
 
 def _documented_metrics() -> dict[str, str]:
-    """docs/metrics.md's names (``<...>`` a placeholder) and when each is logged."""
-    rows = re.findall(r"^\| `([a-z_/<>]+)` \| ([^|]+?) \|", (REPO / "docs" / "metrics.md").read_text(), re.MULTILINE)
+    """docs/guides/metrics.md's names (``<...>`` a placeholder) and when each is logged."""
+    rows = re.findall(
+        r"^\| `([a-z_/<>]+)` \| ([^|]+?) \|", (REPO / "docs" / "guides" / "metrics.md").read_text(), re.MULTILINE
+    )
     return dict(rows)
 
 
 def test_the_run_logs_exactly_the_documented_metrics(ppo_run):
-    """Every name logged is in docs/metrics.md, and this run (a critic, validation at steps 0 and 2) logs every name
-    documented as logged at every step, with a critic, or at validation, and no other."""
+    """Every name logged is in docs/guides/metrics.md, and this run (a critic, validation at steps 0 and 2) logs every
+    name documented as logged at every step, with a critic, or at validation, and no other."""
     cwd, _ = ppo_run
     documented = _documented_metrics()
     patterns = {name: re.compile(re.sub(r"<[a-z]+>", "[^/]+", name) + "$") for name in documented}
     records = read_jsonl(cwd / "log" / "metrics.jsonl")
     logged = {key for record in records for key in record} - {"step"}
     undocumented = [key for key in logged if not any(p.match(key) for p in patterns.values())]
-    assert undocumented == [], "log names missing from docs/metrics.md"
+    assert undocumented == [], "log names missing from docs/guides/metrics.md"
     expected = {n for n, when in documented.items() if when in ("every step", "with a critic", "validation")}
     plain = {key for key in logged if key in documented}
     assert plain == {n for n in expected if "<" not in n}
@@ -155,9 +157,9 @@ def test_bad_override_exits_2_naming_the_key(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     "extra, policy_trained",
     [
-        (["loss.kl_coef=0.1", "loss.kl_in_reward=true", "loss.kl_estimator=k1"], True),
-        (["loss.kl_coef=0.1", "loss.kl_in_reward=false", "loss.kl_estimator=k3", "ppo.ppo_epochs=2"], True),
-        (["ppo.policy_training_start_step=1", "ppo.length_adaptive_alpha=0.5", "ppo.lambda_value=0.95"], False),
+        (["loss.kl.coef=0.1", "loss.kl.in_reward=true", "loss.kl.estimator=k1"], True),
+        (["loss.kl.coef=0.1", "loss.kl.in_reward=false", "loss.kl.estimator=k3", "ppo.ppo_epochs=2"], True),
+        (["value.warmup.steps=1", "ppo.gae.length_adaptive_alpha=0.5", "ppo.gae.lambda_value=0.95"], False),
     ],
     ids=["kl-in-reward", "kl-in-loss", "critic-warmup"],
 )
@@ -169,7 +171,7 @@ def test_one_step_variants(tmp_path, extra, policy_trained):
             *FAST,
             *RANDOM_START,
             "ppo.max_num_steps=1",
-            "ppo.val_at_start=false",
+            "ppo.validation.at_start=false",
             "checkpointing.enabled=false",
             "logger.log_dir=log",
             *extra,
@@ -179,6 +181,6 @@ def test_one_step_variants(tmp_path, extra, policy_trained):
     (record,) = read_jsonl(tmp_path / "log" / "metrics.jsonl")
     assert record["step"] == 1 and math.isfinite(record["train/critic/loss"])
     assert ("train/probs_ratio" in record) == policy_trained
-    if "loss.kl_coef=0.1" in extra:
+    if "loss.kl.coef=0.1" in extra:
         # the reference starts equal to the policy: the first rollout's KL is ~0 for every estimator
         assert abs(record["train/kl_penalty"]) < 1e-4

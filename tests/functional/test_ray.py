@@ -29,7 +29,7 @@ def _args(sft_dir, name, steps, *extra):
         *RANK_MICRO,
         f"sft.output_dir={sft_dir}",
         f"ppo.max_num_steps={steps}",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         f"logger.log_dir={name}/log",
         f"checkpointing.checkpoint_dir={name}/ckpt",
         "checkpointing.save_period=1",
@@ -60,7 +60,7 @@ def test_one_rank_under_ray_is_the_local_run(choice_task, ray_tmp):
     """The Ray launcher in `make test`: one rank as a Ray actor (its scoring in a Ray actor too) trains exactly as
     the local process, on the task PPO learns fast (tests/support/choice_task.py), and leaves no Ray process."""
     root, files = choice_task
-    steps = ["ppo.max_num_steps=2", "ppo.val_period=2"]
+    steps = ["ppo.max_num_steps=2", "ppo.validation.period=2"]
     run_cli(choice_args(files, "ray_local", *steps), root)
     ray_args = ["cluster.backend=ray", "reward.num_workers=1", f"cluster.ray_temp_dir={ray_tmp}"]
     proc = run_cli(choice_args(files, "ray_actor", *steps, *ray_args), root)
@@ -110,7 +110,7 @@ def _token_env(token: str) -> dict[str, str]:
 
 @pytest.fixture
 def token_cluster(ray_tmp, monkeypatch):
-    """``start(num_nodes)``: a loopback cluster with token authentication, started as docs/ray.md says, the
+    """``start(num_nodes)``: a loopback cluster with token authentication, started as docs/guides/ray.md says, the
     token also in this test's environment (so dtppo runs get it); returns (address, token). Stopped after."""
     common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
 
@@ -287,7 +287,7 @@ def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_wit
             "cluster.workers_per_node=1",
             "cluster.backend=ray",
             f"cluster.ray_address={address}",
-            "ppo.val_at_start=false",
+            "ppo.validation.at_start=false",
         ),
         tmp_path,
     )
@@ -297,7 +297,12 @@ def test_token_auth_cluster_refuses_clients_without_the_token_and_runs_dtppo_wit
 
 @pytest.mark.slow
 def test_generation_ranks_as_their_own_actor_group_match_the_local_backend(sft_dir, tmp_path, ray_tmp):
-    async_args = ["cluster.workers_per_node=2", "cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_is=token"]
+    async_args = [
+        "cluster.workers_per_node=2",
+        "cluster.generation_ranks=1",
+        "ppo.max_lag=1",
+        "loss.rollout_correction.importance_sampling=token",
+    ]
     run_cli(_args(sft_dir, "local_async", 2, *async_args), tmp_path)
     ray_args = ["cluster.backend=ray", f"cluster.ray_temp_dir={ray_tmp}"]
     proc = run_cli(_args(sft_dir, "ray_async", 2, *async_args, *ray_args), tmp_path)

@@ -14,9 +14,9 @@ DAPO = str(REPO / "recipes" / "tiny-math-dapo-cpu.yaml")
 SAO = str(REPO / "recipes" / "tiny-math-sao-cpu.yaml")
 SMALL = [
     "ppo.max_num_steps=2",
-    "ppo.max_val_samples=32",
-    "ppo.val_batch_size=32",
-    "ppo.val_period=2",
+    "ppo.validation.max_samples=32",
+    "ppo.validation.batch_size=32",
+    "ppo.validation.period=2",
     "policy.train_global_batch_size=8",
     "value.train_global_batch_size=8",
     "logger.tensorboard=false",
@@ -26,7 +26,7 @@ SMALL = [
 ]
 
 
-@pytest.mark.slow  # a recipe's CLI run; dynamic sampling: tests/unit/ppo/test_sample_selection.py
+@pytest.mark.slow  # a recipe's CLI run; dynamic sampling: tests/unit/ppo/test_dynamic_sampling.py
 def test_dapo_recipe_trains_on_groups_whose_rewards_differ(sft_dir, tmp_path):
     prompts = 4  # x 8 samples: the briefly fine-tuned model solves some of a group's samples, rarely all
     args = [
@@ -70,7 +70,7 @@ def test_sao_recipe_runs_k_critic_passes_and_its_critic_warm_starts_a_new_run(sf
         f"sft.output_dir={sft_dir}",
         "sft.min_accuracy=0",
         "ppo.num_prompts_per_step=16",
-        "value.warmup_max_steps=1",
+        "value.warmup.max_steps=1",
     ]
     run_cli(["ppo", SAO, *SMALL, *common], source)
     steps = [r for r in read_jsonl(source / "log" / "metrics.jsonl") if r["step"] >= 1]

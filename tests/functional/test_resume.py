@@ -14,7 +14,7 @@ def _args(sft_dir, name, steps):
         *FAST,
         f"sft.output_dir={sft_dir}",
         f"ppo.max_num_steps={steps}",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         f"logger.log_dir={name}/log",
         f"checkpointing.checkpoint_dir={name}/ckpt",
         "checkpointing.save_period=2",

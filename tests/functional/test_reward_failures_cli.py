@@ -1,5 +1,5 @@
-"""A run whose reward functions fail (docs/reliability.md, "User code that fails badly"), through the CLI: one that
-always crashes stops with exit 2, one line and a checkpoint, at one rank and at two ranks under Ray; a flaky one (a
+"""A run whose reward functions fail (docs/guides/reliability.md, "User code that fails badly"), through the CLI: one
+that always crashes stops with exit 2, one line and a checkpoint, at one rank and at two ranks under Ray; a flaky one (a
 chunk in ten raises) runs to the end at two ranks, each failure counted and its samples left out of training."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ FUNCTIONS = REPO / "tests" / "support" / "failing_functions.py"
 SMALL = [
     "policy.generation.max_new_tokens=8",
     "ppo.num_prompts_per_step=8",
-    "ppo.val_period=2",
-    "ppo.max_val_samples=8",
-    "ppo.val_batch_size=8",
+    "ppo.validation.period=2",
+    "ppo.validation.max_samples=8",
+    "ppo.validation.batch_size=8",
     "policy.train_global_batch_size=8",
     "policy.train_micro_batch_size=4",
     "value.train_global_batch_size=8",
@@ -74,14 +74,14 @@ def _stopped_by(proc: subprocess.CompletedProcess, what: str, tmp_path: Path, ra
 
 
 def test_a_function_that_always_crashes_stops_the_run(tmp_path):
-    proc = _run(tmp_path, "exits", 20, "ppo.val_at_start=false", "ppo.val_period=50")
+    proc = _run(tmp_path, "exits", 20, "ppo.validation.at_start=false", "ppo.validation.period=50")
     _stopped_by(proc, "crashed (its process died: exit code 3)", tmp_path)
     # the first crash of each step is named, once: 3 steps, not 6 chunks
     assert proc.stderr.count("failing_functions.py:exits' crashed (its process died: exit code 3) on samples") == 3
 
 
 # Slow (25 s): the stop is the local run's (above), and a crashed Ray scoring actor's kind is checked in
-# tests/unit/usercode/test_user_code_bounds.py.
+# tests/unit/usercode/test_pool_bounds.py.
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray")
 def test_a_function_that_always_crashes_stops_a_ray_run_at_two_ranks(tmp_path):
@@ -92,8 +92,8 @@ def test_a_function_that_always_crashes_stops_a_ray_run_at_two_ranks(tmp_path):
         tmp_path,
         "exits",
         20,
-        "ppo.val_at_start=false",
-        "ppo.val_period=50",
+        "ppo.validation.at_start=false",
+        "ppo.validation.period=50",
         "cluster.backend=ray",
         "cluster.workers_per_node=2",
         f"cluster.ray_temp_dir={ray_dir}",

@@ -5,7 +5,7 @@ Protocol (fixed before the figures were looked at): the RM is trained to score t
 (tests/support/reward_model_fixture.py); 12 PPO steps from the random tiny policy, ppo.seed 0, 32 prompts per step; the
 gain is the mean of train/reward/model over steps 10-12 minus its mean over steps 1-3. Measured (both CPU kernel
 sets gave the same curve, and ppo.seed 1 and 2 the same picture): treatment -0.039 -> +0.284, control -0.044 ->
--0.051 (docs/rewards.md).
+-0.051 (docs/guides/rewards.md).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ ARGS = [
     "logger.tensorboard=false",
     "logger.progress=false",
     "ppo.num_prompts_per_step=32",
-    "ppo.val_at_start=false",
-    "ppo.max_val_samples=8",
-    "ppo.val_batch_size=8",
+    "ppo.validation.at_start=false",
+    "ppo.validation.max_samples=8",
+    "ppo.validation.batch_size=8",
     "policy.generation.max_new_tokens=16",
     "policy.optimizer.lr=1.0e-3",
     "policy.train_global_batch_size=16",
@@ -58,7 +58,7 @@ def test_ppo_raises_a_learned_reward_models_score_and_a_zero_weight_control_does
     (tmp_path / "prompts.jsonl").write_text(
         "".join(json.dumps({"prompt": f"Write some sevens, {i}"}) + "\n" for i in range(64))
     )
-    steps = [f"ppo.max_num_steps={STEPS}", f"ppo.val_period={STEPS}"]
+    steps = [f"ppo.max_num_steps={STEPS}", f"ppo.validation.period={STEPS}"]
     treated = _run(tmp_path, "rm", f"reward.model.path={rm}", *steps)
     control = _run(tmp_path, "control", f"reward.model.path={rm}", "reward.model.weight=0", *steps)
     first = next(r for r in treated if "train/reward" in r)
@@ -69,13 +69,13 @@ def test_ppo_raises_a_learned_reward_models_score_and_a_zero_weight_control_does
     assert treated_gain > 0.15, treated_gain
     assert control_gain < 0.05, control_gain
     # TRL's convention: the critic starts from the RM's backbone and score head (numbers:
-    # tests/unit/rewards/test_reward_model.py)
+    # tests/unit/rewards/test_model.py)
     critic = _run(
         tmp_path,
         "critic",
         f"reward.model.path={rm}",
         f"value.model.path={rm}",
         "ppo.max_num_steps=1",
-        "ppo.val_period=1",
+        "ppo.validation.period=1",
     )
     assert [r["step"] for r in critic if "train/critic/explained_var" in r] == [1]

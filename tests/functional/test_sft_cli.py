@@ -24,8 +24,8 @@ SHORT = [
     # Adam's first step is lr·g/(|g| + eps): eps = 1e-6 keeps round-off in tiny gradient entries (summation order
     # differs across ranks) from becoming a full lr-sized step, so the comparison is about the sharding.
     "sft.optimizer.eps=1e-6",
-    "ppo.max_val_samples=16",
-    "ppo.val_batch_size=16",
+    "ppo.validation.max_samples=16",
+    "ppo.validation.batch_size=16",
     "logger.tensorboard=false",
     "logger.progress=false",
 ]

@@ -2,7 +2,7 @@
 (mode 0555; when the tests run as root, the run is started without CAP_DAC_OVERRIDE so the mode bits
 apply), a file-size limit (RLIMIT_FSIZE: the weights shard cannot be written, as on a full device), and a
 truncated weights shard on resume. Each exits 4 with one line naming the path and leaves step_2 as it was.
-(ENOSPC itself, at each stage of a write, is simulated in process: tests/unit/checkpoint/test_checkpoint_faults.py.)"""
+(ENOSPC itself, at each stage of a write, is simulated in process: tests/unit/checkpoint/test_store_faults.py.)"""
 
 import ctypes
 import os

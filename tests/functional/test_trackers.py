@@ -28,8 +28,8 @@ from dtppo.observability.trackers import mlflow_name  # noqa: E402
 
 SMALL = [
     "ppo.num_prompts_per_step=8",
-    "ppo.max_val_samples=8",
-    "ppo.val_batch_size=8",
+    "ppo.validation.max_samples=8",
+    "ppo.validation.batch_size=8",
     "policy.generation.max_new_tokens=16",
 ]  # the numbers do not matter here, only that they arrive
 TRACKER_KEYS = [
@@ -71,7 +71,7 @@ def _run(tmp_path: Path, steps: int) -> subprocess.CompletedProcess:
         *SMALL,
         "ppo.init_from_sft=false",
         f"ppo.max_num_steps={steps}",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         "logger.log_dir=log",
         "checkpointing.checkpoint_dir=ckpt",
         "checkpointing.save_period=2",

@@ -89,7 +89,7 @@ def _args(sft_dir, name, steps, workers, *extra):
         *VLLM,
         f"sft.output_dir={sft_dir}",
         f"ppo.max_num_steps={steps}",
-        "ppo.val_period=2",
+        "ppo.validation.period=2",
         f"cluster.workers_per_node={workers}",
         f"logger.log_dir={name}/log",
         f"checkpointing.checkpoint_dir={name}/ckpt",
@@ -144,7 +144,7 @@ def test_eval_scores_the_checkpoint_with_the_engine(cli_runs, sft_dir):
 def test_on_a_generation_rank_one_step_ahead(cli_runs, sft_dir):
     """The engine on a generation rank of its own, refitted in place from the weights the trainer sends: the
     reference gates hold, and the first step's rollouts (policy version 0 either way) are dp1's."""
-    async_args = ["cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_is=token"]
+    async_args = ["cluster.generation_ranks=1", "ppo.max_lag=1", "loss.rollout_correction.importance_sampling=token"]
     proc = run_cli(_args(sft_dir, "generation_rank", 2, 2, *async_args), cli_runs)
     assert "generation: 1 generation rank(s), vllm" in proc.stdout
     records = _steps(cli_runs, "generation_rank")
@@ -190,7 +190,7 @@ def test_kill_and_resume_reproduces_the_run(tmp_path):
 
 @pytest.mark.slow
 def test_multi_turn_episodes_on_the_engine(cli_runs, sft_dir):
-    """Episodes around the vLLM engine (docs/episodes.md): several turns with observations between them, and the
+    """Episodes around the vLLM engine (docs/guides/episodes.md): several turns with observations between them, and the
     engine's log-probs of the policy's tokens agree with the trainer's (observation tokens are in no comparison)."""
     env = REPO / "tests" / "support" / "episode_env.py"
     episodes = [f"env.class={env}:Tick", "env.stop=[a,e,o,' ']", "env.max_turns=3", "env.max_total_tokens=60"]
@@ -205,11 +205,11 @@ def test_multi_turn_episodes_on_the_engine(cli_runs, sft_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_lora_refit_streams_merged_weights(cli_runs, sft_dir, workers):
-    """LoRA on the policy (docs/lora.md): the engine gets the adapters merged into the weights after every update,
-    so its log-probs of the sampled tokens match the trainer's to fp32 round-off at every step; a one-step-old
+    """LoRA on the policy (docs/guides/lora.md): the engine gets the adapters merged into the weights after every
+    update, so its log-probs of the sampled tokens match the trainer's to fp32 round-off at every step; a one-step-old
     engine's would not (test_without_the_refit_the_same_check_fails)."""
-    lora = ["policy.lora.rank=8", "value.lora.rank=8", "policy.optimizer.lr=1e-3", "loss.kl_coef=0.05"]
-    proc = run_cli(_args(sft_dir, f"lora{workers}", 3, workers, *lora, "ppo.val_period=3"), cli_runs)
+    lora = ["policy.lora.rank=8", "value.lora.rank=8", "policy.optimizer.lr=1e-3", "loss.kl.coef=0.05"]
+    proc = run_cli(_args(sft_dir, f"lora{workers}", 3, workers, *lora, "ppo.validation.period=3"), cli_runs)
     assert "policy: LoRA rank 8" in proc.stdout
     records = _steps(cli_runs, f"lora{workers}")
     assert [r["step"] for r in records] == [1, 2, 3]

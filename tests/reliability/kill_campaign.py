@@ -30,7 +30,7 @@ from tests.support.recipes import REPO
 
 STEPS = 3
 RESULTS = REPO / "bench" / "results" / "reliability" / "kill_campaign.json"
-ASYNC = ("cluster.generation_ranks=1", "ppo.max_lag=2", "loss.rollout_is=token")
+ASYNC = ("cluster.generation_ranks=1", "ppo.max_lag=2", "loss.rollout_correction.importance_sampling=token")
 LAYOUTS = {
     "1 rank": RunSpec(steps=STEPS, ranks=1),
     "2 ranks": RunSpec(steps=STEPS, ranks=2),

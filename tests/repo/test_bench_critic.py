@@ -1,6 +1,6 @@
-"""The learning experiments' statistics (bench/common/stats.py: the t table, the 95 % interval), one run's summary
-from its metrics and the plan of a table (bench/learning/critic.py), and the demo's expected range
-(bench/learning/expected_range.py)."""
+"""The learning experiments' statistics (bench/common/stats.py: the t table, the 95 % interval), one run's figures
+from its metrics, the driver's plan of a table and its summary over units (bench/learning/driver.py), and the
+critic tables' arms (bench/learning/critic.py)."""
 
 import math
 import statistics
@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from bench.common import stats
-from bench.learning import critic, expected_range
+from bench.learning import critic, driver, report
+from dtppo import config as config_lib
+
+ALIGNMENT = critic.SPECS["alignment"]
+
+
+def _args(*argv: str):
+    return driver.parser(critic.SPECS).parse_args(["alignment", *argv])
 
 
 @pytest.mark.parametrize("df", range(1, 31))
@@ -42,23 +49,25 @@ def test_summarise_reads_accuracy_ev_and_the_decision_token_after_warmup():
             }
         )
     records[3]["validation/accuracy"], records[6]["validation/accuracy"] = 0.5, 0.4
-    out = critic.summarise(records, policy_start_step=2)
+    out = driver.run_figures(records, {"policy_start_step": 2})
     assert (out["accuracy_start"], out["accuracy_best"], out["accuracy_final"]) == (0.1, 0.5, 0.4)
     assert out["gain_best"] == pytest.approx(0.4) and out["gain_final"] == pytest.approx(0.3)
     assert out["explained_var_last_half_mean"] == pytest.approx((0.4 + 0.5 + 0.6) / 3)  # steps 4..6 of 6
     assert out["decision_token_advantage"] == pytest.approx((3 + 4 + 5 + 6) / 4)  # steps 3..6 train the policy
     assert out["train_seconds"] == 12.0
-    grpo = critic.summarise([{k: v for k, v in r.items() if not k.startswith("train/critic/")} for r in records], 0)
+    without_critic = [{k: v for k, v in r.items() if not k.startswith("train/critic/")} for r in records]
+    grpo = driver.run_figures(without_critic, {"policy_start_step": 0})
     assert grpo["explained_var_last_half_mean"] is None
 
 
-def test_compare_flags_overlapping_intervals():
-    def run(arm, acc):
+def test_the_table_flags_overlapping_intervals():
+    def run(arm, seed, acc):
         result = {m: 0.0 for m in critic.METRICS} | {"accuracy_best": acc, "explained_var_last_half_mean": None}
-        return {"arm": arm, "result": result}
+        return {"arm": arm, "sft_seed": 0, "seed": seed, "result": result}
 
-    results = [run("a", 0.30), run("a", 0.32), run("a", 0.31), run("b", 0.50), run("b", 0.52), run("b", 0.51)]
-    summary = critic.compare(results)
+    results = [run("a", s, acc) for s, acc in enumerate((0.30, 0.32, 0.31))]
+    results += [run("b", s, acc) for s, acc in enumerate((0.50, 0.52, 0.51))]
+    summary = driver.summarise(ALIGNMENT, results)
     assert summary["intervals_overlap"]["accuracy_best"] is False
     assert "explained_var_last_half_mean" not in summary["a"]
 
@@ -72,40 +81,24 @@ def test_accuracy_within_counts_steps_at_their_median_time():
     assert critic.accuracy_within(records, 4.0) == 0.3
     assert critic.accuracy_within(records, 7.9) == 0.3
     assert critic.accuracy_within(records, 8.0) == 0.6
-    assert critic.summarise(records, 0)["step_seconds_median"] == 2.0
+    assert driver.run_figures(records, {"policy_start_step": 0})["step_seconds_median"] == 2.0
 
 
 def test_warmup_arms_freeze_the_policy_and_change_one_critic_setting():
-    base = critic.config_lib.load(str(critic.DEMO), ["ppo.max_num_steps=12"])
-    arms = critic.arm_overrides("warmup", base, group_size=4)
-    assert arms["base"] == ["ppo.policy_training_start_step=12", "ppo.val_period=12"]
+    base = config_lib.load(driver.REPO / critic.RECIPE, ["ppo.max_num_steps=12"])
+    arms = critic.warmup_arms(base)
+    assert arms["base"] == ["value.warmup.steps=12", "ppo.validation.period=12"]
     for name, extra in arms.items():
-        cfg = critic.config_lib.load(str(critic.DEMO), ["ppo.max_num_steps=12", *extra])
-        assert cfg.ppo.policy_training_start_step == cfg.ppo.max_num_steps  # the policy never trains
+        cfg = config_lib.load(driver.REPO / critic.RECIPE, ["ppo.max_num_steps=12", *extra])
+        assert cfg.value.warmup.steps == cfg.ppo.max_num_steps  # the policy never trains
         assert len(extra) - 2 == len(critic.WARMUP_ARMS[name])
 
 
 def test_a_tag_keeps_a_second_recipes_runs_apart():
-    import argparse
-
-    args = argparse.Namespace(
-        table="alignment",
-        seeds=[3],
-        recipe=str(critic.DEMO),
-        set=[],
-        steps=None,
-        group_size=4,
-        small=False,
-        out=None,
-        tag=None,
-        sft_seeds=None,
-        arms=None,
-    )
-    untagged, _ = critic.plan(args)
-    tagged, root = critic.plan(argparse.Namespace(**{**vars(args), "tag": "mixed"}))
-    assert root == critic.RUNS / "mixed"
+    untagged = driver.plan(ALIGNMENT, _args("--seeds", "3"))
+    tagged = driver.plan(ALIGNMENT, _args("--seeds", "3", "--tag", "mixed"))
     assert [r["log_dir"] for r in tagged] == [
-        str(critic.RUNS / "mixed" / "alignment" / f"{arm}_seed3") for arm in ("shift", "noshift")
+        f"runs/critic/alignment/mixed/{arm}_seed3" for arm in ("shift", "noshift")
     ]
     assert not {r["log_dir"] for r in tagged} & {r["log_dir"] for r in untagged}  # --reuse never mixes them
 
@@ -124,8 +117,8 @@ def test_several_sft_models_are_the_units_and_the_paired_difference_is_unit_by_u
         for arm, accs in zip(("shift", "noshift"), pair)
         for seed in (0, 1)
     ]
-    assert critic.unit_values(results, "shift", "accuracy_best") == pytest.approx({0: 0.7, 1: 0.5, 2: 0.9})
-    summary = critic.compare(results)
+    assert stats.unit_values(results, "shift", "accuracy_best") == pytest.approx({0: 0.7, 1: 0.5, 2: 0.9})
+    summary = driver.summarise(ALIGNMENT, results)
     assert summary["shift"]["accuracy_best"]["n"] == 3  # SFT models, not the 6 runs
     assert summary["shift"]["accuracy_best"]["mean"] == pytest.approx(0.7)
     diffs = [0.3, 0.0, 0.3]
@@ -133,64 +126,24 @@ def test_several_sft_models_are_the_units_and_the_paired_difference_is_unit_by_u
 
 
 def test_sft_seeds_give_each_model_its_own_directory_and_run_names(tmp_path):
-    import argparse
-
-    args = argparse.Namespace(
-        table="alignment",
-        seeds=[0, 1],
-        recipe=str(critic.DEMO),
-        set=[],
-        steps=None,
-        group_size=4,
-        small=False,
-        out=str(tmp_path),
-        tag=None,
-        sft_seeds=[3, 4],
-        arms=None,
-    )
-    runs, _ = critic.plan(args)
+    runs = driver.plan(ALIGNMENT, _args("--seeds", "0", "1", "--sft-seeds", "3", "4", "--out", str(tmp_path)))
     assert len(runs) == 8
     assert {(r["sft_seed"], r["sft_dir"]) for r in runs} == {
         (3, str(tmp_path / "sft" / "seed3")),
         (4, str(tmp_path / "sft" / "seed4")),
     }
-    assert str(tmp_path / "alignment" / "noshift_sft4_seed1") in {r["log_dir"] for r in runs}
+    assert str(tmp_path / "noshift_sft4_seed1") in {r["log_dir"] for r in runs}
     assert all("sft.seed=" in r["command"] for r in runs)
-    shift_only, _ = critic.plan(argparse.Namespace(**{**vars(args), "arms": ["shift"]}))
-    assert {r["arm"] for r in shift_only} == {"shift"} and len(shift_only) == 4
-
-
-def test_the_demo_range_is_a_prediction_interval_clipped_to_the_metric():
-    ranges = expected_range
-    values = [0.5, 0.6, 0.7, 0.8]  # mean 0.65, sd 0.1291
-    half = 3.182 * statistics.stdev(values) * math.sqrt(1 + 1 / 4)
-    assert ranges.prediction_interval(values, (0.0, 2.0)) == pytest.approx((0.65 - half, 0.65 + half))
-    assert ranges.prediction_interval(values, (0.0, 1.0)) == pytest.approx((0.65 - half, 1.0))
-    assert ranges.prediction_interval([0.9, 1.0, 0.95], (0.0, 1.0))[1] == 1.0  # clipped at 100 %
-    with pytest.raises(ValueError):
-        ranges.prediction_interval([0.5], (0.0, 1.0))
-    table = {
-        "runs": [
-            {"arm": "shift", "result": {"accuracy_best": v, "accuracy_final": v, "decision_token_advantage": None}}
-            for v in values
-        ]
-    }
-    out = ranges.expected_ranges([table])
-    assert out["arms"]["shift"]["accuracy_best"] == pytest.approx([0.65 - half, min(1.0, 0.65 + half)])
-    skewed = [1.0] * 9 + [0.3]  # one run of ten did not recover: below the normal-theory interval's low end
-    table = {"runs": [{"arm": "noshift", "result": {"accuracy_best": v}} for v in skewed]}
-    assert ranges.prediction_interval(skewed, (0.0, 1.0))[0] > 0.3
-    assert ranges.expected_ranges([table])["arms"]["noshift"]["accuracy_best"] == [0.3, 1.0]
-    assert "decision_token_advantage" not in out["arms"]["shift"]  # no run had it
-    assert out["observed"]["shift"]["accuracy_best"] == {"n": 4, "min": 0.5, "max": 0.8, "mean": pytest.approx(0.65)}
+    shift_only = driver.plan(ALIGNMENT, _args("--sft-seeds", "3", "4", "--out", str(tmp_path), "--arms", "shift"))
+    assert {r["arm"] for r in shift_only} == {"shift"} and len(shift_only) == 10  # the table's 5 seeds, 2 models
 
 
 def test_the_demo_says_when_a_run_is_outside_its_range(capsys):
-    assert critic.expected_check(0.5, 0.4, 0.6) == "inside" and critic.expected_check(0.4, 0.4, 0.6) == "inside"
-    assert critic.expected_check(0.39, 0.4, 0.6) == "OUTSIDE"
+    assert report.expected_check(0.5, 0.4, 0.6) == "inside" and report.expected_check(0.4, 0.4, 0.6) == "inside"
+    assert report.expected_check(0.39, 0.4, 0.6) == "OUTSIDE"
     expected = {"source": "test", "arms": {"shift": {"accuracy_best": [0.6, 0.9]}}}
     runs = [{"arm": "shift", "result": {"accuracy_best": 0.5}}, {"arm": "noshift", "result": {"accuracy_best": 0.5}}]
-    critic.print_expected(runs, expected)
+    report.print_expected(runs, expected)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1].split() == ["shift", "accuracy_best", "0.500", "expected", "[0.600,", "0.900]:", "OUTSIDE"]
     assert len(lines) == 2  # an arm without a range is not judged

@@ -1,7 +1,8 @@
 """Every record under bench/results says what made it and nothing of the machine it ran on: a provenance block
 (bench/common/record.py) whose commit is 40 hex digits that git knows (or null, with the reason), commands that run
-today (a module, script or make target that exists), and no absolute path anywhere in the JSON, keys included.
-The checkers are also applied to a deliberately bad record, so each can be seen to fail."""
+today (a module, script or make target that exists), and no absolute path anywhere in the JSON, keys included. A
+record whose script left bench/ says so (provenance ``retired``: why, and the commit whose checkout holds every
+command it names). The checkers are also applied to a deliberately bad record, so each can be seen to fail."""
 
 from __future__ import annotations
 
@@ -113,14 +114,47 @@ def path_problems(rec) -> list[str]:
 
 
 def commits(rec) -> set[str]:
-    """The commits a record names: its provenance's, every "commit" key's and those in "reproducible_at" notes."""
+    """The commits a record names: its provenance's, every "commit" key's and those in "reproducible_at" and
+    "retired" notes."""
     found = set()
     for where, text in strings(rec):
         if where.endswith(".commit") and text:
             found.add(text)
-        elif where.endswith(".reproducible_at"):
+        elif where.endswith((".reproducible_at", ".retired")):
             found |= set(re.findall(r"\b[0-9a-f]{40}\b", text))
     return found
+
+
+def retired_at(rec) -> list[str]:
+    """The commits a retired record's note names as reproducing it ([] for a record whose script is in bench/)."""
+    note = rec.get("provenance", {}).get("retired") if isinstance(rec, dict) else None
+    return [] if note is None else re.findall(r"\b[0-9a-f]{40}\b", str(note)) or ["(none)"]
+
+
+def paths_of(command: str) -> list[str]:
+    """The files each part of ``command`` runs (a module as its file or package), for a lookup in a commit."""
+    found = []
+    for part in command.split("&&"):
+        words = [w for w in shlex.split(part) if not ENV.fullmatch(w)]
+        if words[:2] == ["python", "-m"]:
+            path = words[2].replace(".", "/")
+            found.append(
+                next(
+                    (p for p in (f"{path}.py", f"{path}/__main__.py", f"src/{path}.py") if (REPO / p).is_file()),
+                    f"{path}.py",
+                )
+            )
+        elif words[:1] in (["python"], ["bash"]):
+            found.append(words[1])
+    return found
+
+
+def missing_at(sha: str, paths: list[str]) -> list[str]:
+    """The paths that the commit ``sha`` does not hold."""
+    lines = "".join(f"{sha}:{path}\n" for path in paths)
+    proc = subprocess.run(["git", "cat-file", "--batch-check"], input=lines, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return [line.split(" ")[0].split(":", 1)[1] for line in proc.stdout.splitlines() if line.endswith(" missing")]
 
 
 def unknown_commits(shas: set[str]) -> set[str]:
@@ -157,12 +191,26 @@ def test_there_are_records():
 def test_a_record_has_its_provenance_and_commands_that_run_today(path):
     rec = _load(path)
     assert provenance_problems(rec) == []
-    assert command_problems(rec) == [], "commands must be what runs today (python -m bench.<kind>.<name> ...)"
+    if retired_at(rec):
+        assert retired_at(rec) != ["(none)"], "a retired record names the commit that reproduces it"
+    else:
+        assert command_problems(rec) == [], "commands must be what runs today (python -m bench.<kind>.<name> ...)"
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=_ids(RECORDS))
 def test_a_record_holds_no_absolute_path(path):
     assert path_problems(_load(path)) == [], "bench.common.record.relative writes them relative to the repository"
+
+
+def test_a_retired_record_names_a_commit_that_holds_its_commands():
+    reason = no_history()
+    if reason:
+        pytest.skip(reason)
+    retired = {path.name: (_load(path), retired_at(_load(path))) for path in RECORDS if retired_at(_load(path))}
+    assert len(retired) >= 5
+    for name, (rec, shas) in retired.items():
+        paths = sorted({p for _, command in commands(rec) for p in paths_of(command)})
+        assert any(missing_at(sha, paths) == [] for sha in shas), f"{name}: no named commit holds {paths}"
 
 
 def test_every_commit_a_record_names_is_in_the_history():
@@ -263,7 +311,23 @@ def test_the_command_is_the_module_run_with_its_arguments_quoted_and_relative(mo
     for name in record.KERNEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     args = ["--out", str(REPO / "bench" / "results" / "perf" / "x.json"), "--label", "bf16 (before)"]
-    command = "python -m bench.perf.bf16_logprobs --out bench/results/perf/x.json --label 'bf16 (before)'"
-    assert record.command_line("bench.perf.bf16_logprobs", args) == command
+    command = "python -m bench.perf.sampling --out bench/results/perf/x.json --label 'bf16 (before)'"
+    assert record.command_line("bench.perf.sampling", args) == command
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # the kernels change the figures: the command names them
-    assert record.command_line("bench.perf.bf16_logprobs", args) == "ATEN_CPU_CAPABILITY=avx2 " + command
+    assert record.command_line("bench.perf.sampling", args) == "ATEN_CPU_CAPABILITY=avx2 " + command
+
+
+def test_a_retired_record_without_its_commit_or_its_script_is_seen():
+    """Negative control of the retired records' checks: a note naming no commit, a commit that lacks the script."""
+    assert retired_at({"provenance": {"retired": "gone"}}) == ["(none)"] and retired_at({"provenance": {}}) == []
+    assert paths_of("ATEN_CPU_CAPABILITY=avx2 python -m bench.learning.critic alignment && bash bench/gpu.sh") == [
+        "bench/learning/critic.py",
+        "bench/gpu.sh",
+    ]
+    reason = no_history()
+    if reason:
+        pytest.skip(reason)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert missing_at(head, ["bench/perf/no_such_bench.py", "bench/common/record.py"]) == [
+        "bench/perf/no_such_bench.py"
+    ]

@@ -15,7 +15,7 @@ from tests.support.recipes import TINY
 @pytest.mark.parametrize(
     "args",
     [
-        ["ppo", TINY, "ppo.gamma=2"],  # refused by the config: exit 2, one line
+        ["ppo", TINY, "ppo.gae.gamma=2"],  # refused by the config: exit 2, one line
         ["export"],  # argparse's usage error: exit 2 on stderr
         ["plot", "--help"],  # exit 0 on stdout
     ],
@@ -45,4 +45,4 @@ def test_a_command_past_its_timeout_raises_and_the_server_goes_on(tmp_path, monk
     args = ["ppo", TINY, "ppo.init_from_sft=false", "ppo.max_num_steps=1", f"reward.functions=[{hang}:reward]"]
     with pytest.raises(subprocess.TimeoutExpired):
         cli.run_cli(args, tmp_path, timeout=1)
-    assert cli.run_cli(["ppo", TINY, "ppo.gamma=2"], tmp_path, check=False).returncode == 2
+    assert cli.run_cli(["ppo", TINY, "ppo.gae.gamma=2"], tmp_path, check=False).returncode == 2

@@ -1,4 +1,4 @@
-"""Sentences of docs/performance*.md that sum up a record of bench/results say what the record holds: each test
+"""Sentences of docs/guides/performance*.md that sum up a record of bench/results say what the record holds: each test
 recomputes the sentence's figures from the JSON and finds the sentence in the doc (its lines joined), and a changed
 record changes the sentence, so a claim cannot outlive the figures it was made from."""
 
@@ -13,7 +13,7 @@ PASSES = {"critic": "critic", "policy": "policy", "logprobs": "log-prob recomput
 
 
 def _doc(name: str) -> str:
-    return " ".join((REPO / "docs" / name).read_text().split())
+    return " ".join((REPO / "docs" / "guides" / name).read_text().split())
 
 
 def _rows(name: str, part: str = "rows") -> list[dict]:

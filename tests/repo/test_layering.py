@@ -1,7 +1,7 @@
 """The layers of dtppo, as code: the root holds only the modules everything shares (``ROOT``), every other module
 lives in a folder, and a unit (a folder or a root module) imports only units on earlier rows of ``ORDER``
-(module-level and function-level imports, read from the source). docs/design.md's "Where code goes" has one
-paragraph per row. Also: ``dtppo.config`` imports only the standard library and PyYAML, and loading a recipe
+(module-level and function-level imports, read from the source). docs/design/architecture.md's "Where code goes"
+has one paragraph per row. Also: ``dtppo.config`` imports only the standard library and PyYAML, and loading a recipe
 imports neither torch nor transformers."""
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ ORDER = [
     {"workers", "launch"},
     {"ppo", "sft"},
     {"cli"},
+    {"testing"},  # what the tests and bench/ share: it may import any unit, no unit imports it
 ]
 
 

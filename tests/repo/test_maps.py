@@ -1,5 +1,5 @@
-"""The two maps a newcomer starts from cannot drift from the code: docs/design.md's layout block names every
-module of src/dtppo, and every name in docs/design.md's data-flow table resolves (a module, a class or function and its
+"""The two maps a newcomer starts from cannot drift from the code: docs/design/architecture.md's layout block names
+every module of src/dtppo, and every name in its data-flow table resolves (a module, a class or function and its
 attribute, or a config key)."""
 
 import importlib
@@ -16,9 +16,9 @@ SRC = REPO / "src" / "dtppo"
 
 
 def _layout_entries() -> tuple[dict[str, str], str]:
-    """docs/design.md's layout block: each package entry's text by its key (``rollout/``), and the top-level entries'
-    text."""
-    design = (REPO / "docs" / "design.md").read_text()
+    """docs/design/architecture.md's layout block: each package entry's text by its key (``rollout/``), and the
+    top-level entries' text."""
+    design = (REPO / "docs" / "design" / "architecture.md").read_text()
     block = re.search(r"```\nsrc/dtppo/\n(.*?)```", design, re.S).group(1)
     packages, top, key = {}, [], None
     for line in block.splitlines():
@@ -47,7 +47,7 @@ def _named(module: str, packages: dict[str, str], top: str) -> bool:
 def test_the_design_doc_layout_names_every_module():
     packages, top = _layout_entries()
     missing = [m for m in _modules() if not _named(m, packages, top)]
-    assert not missing, f"docs/design.md's layout block does not name: {missing}"
+    assert not missing, f"docs/design/architecture.md's layout block does not name: {missing}"
 
 
 def test_the_layout_check_fails_on_a_module_left_out():
@@ -65,7 +65,7 @@ def _every_module() -> list[object]:
 
 def _resolves(name: str, modules: list[object]) -> bool:
     """``name``: ``package.module[.attr...]`` under dtppo, ``Class.attr`` / ``function`` defined in some dtppo
-    module, or a dotted config key (``ppo.gamma``)."""
+    module, or a dotted config key (``ppo.gae.gamma``)."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):  # the longest prefix that is a dtppo module
         try:
@@ -74,7 +74,7 @@ def _resolves(name: str, modules: list[object]) -> bool:
             continue
         if _attrs(obj, parts[cut:]):
             return True
-        break  # not in that module: maybe a config key of the same section name (ppo/ and ppo.gamma)
+        break  # not in that module: maybe a config key of the same section name (ppo/ and ppo.gae.gamma)
     if any(_attrs(m, parts) for m in modules):
         return True
     node = Config()
@@ -94,7 +94,7 @@ def _attrs(obj: object, names: list[str]) -> bool:
 
 
 def _data_flow_names() -> list[str]:
-    design = (REPO / "docs" / "design.md").read_text()
+    design = (REPO / "docs" / "design" / "architecture.md").read_text()
     table = design.split("## Data flow", 1)[1].split("\n## ", 1)[0]
     code_column = [row.split("|")[2] for row in table.splitlines() if row.startswith("| ") and "---" not in row]
     names = [n for cell in code_column[1:] for n in re.findall(r"`([^`]+)`", cell)]
@@ -106,7 +106,7 @@ def test_every_name_in_the_data_flow_table_resolves():
     assert len(names) >= 20
     modules = _every_module()
     unresolved = [n for n in names if not _resolves(n, modules)]
-    assert not unresolved, f"docs/design.md's data-flow table names what the code lacks: {unresolved}"
+    assert not unresolved, f"docs/design/architecture.md's data-flow table names what the code lacks: {unresolved}"
 
 
 @pytest.mark.parametrize("name", ["rewards.scoring.score_responses", "PolicyWorker.rollout_model", "ppo.gammma"])

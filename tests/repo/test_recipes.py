@@ -34,16 +34,18 @@ def test_gpu_recipe_mirrors_reference():
     assert cfg.policy.optimizer.lr == 1e-6 and cfg.value.optimizer.lr == 1e-5
     assert cfg.ppo.num_prompts_per_step == 1024 and cfg.ppo.num_generations_per_prompt == 1
     assert cfg.policy.train_global_batch_size == 256 and cfg.ppo.ppo_epochs == 1
-    assert (cfg.ppo.gamma, cfg.ppo.lambda_value, cfg.ppo.lambda_policy) == (1.0, 1.0, 1.0)
-    assert cfg.loss.value_clip == 0.5 and cfg.ppo.normalize_advantages and cfg.loss.kl_coef == 0.0
+    assert (cfg.ppo.gae.gamma, cfg.ppo.gae.lambda_value, cfg.ppo.gae.lambda_policy) == (1.0, 1.0, 1.0)
+    assert cfg.loss.value_clip == 0.5 and cfg.ppo.normalize_advantages and cfg.loss.kl.coef == 0.0
     assert (cfg.loss.ratio_clip_low, cfg.loss.ratio_clip_high, cfg.loss.ratio_clip_c) == (0.2, 0.2, 3.0)
     assert cfg.policy.generation.max_new_tokens == 512 and cfg.policy.generation.temperature == 1.0
     assert cfg.policy.generation.backend == "vllm"
-    assert cfg.ppo.val_period == 1 and cfg.ppo.max_val_samples == 256 and cfg.checkpointing.save_period == 10
+    assert (
+        cfg.ppo.validation.period == 1 and cfg.ppo.validation.max_samples == 256 and cfg.checkpointing.save_period == 10
+    )
 
 
 def test_the_mixed_recipe_puts_half_the_problems_out_of_reach():
-    cfg = config_lib.load("recipes/tiny-math-mixed-cpu.yaml")  # issue 12's critic task
+    cfg = config_lib.load("recipes/tiny-math-mixed-cpu.yaml")  # the task where a critic learns
     assert cfg.data.tiny_math.hard_fraction == 0.5 and cfg.data.tiny_math.hard_max_number == 999
 
 
@@ -55,13 +57,14 @@ def test_math_recipe_reads_math_rows_with_the_math_verifier():
 
 
 def test_the_long_recipe_fits_its_longest_answers_and_splits_rows_over_two_ranks():
-    from dtppo.data.loader import build_sources, encode_prompts
+    from dtppo.data.chat import encode_prompts
+    from dtppo.data.loader import build_sources
     from dtppo.models.tokenizer import build_char_tokenizer
 
     cfg = config_lib.load("recipes/tiny-long-cpu.yaml")
     assert cfg.policy.parallel.cp == cfg.value.parallel.cp == cfg.cluster.workers_per_node == 2
     tokenizer = build_char_tokenizer()
-    source, validation = build_sources(cfg, tokenizer=tokenizer)
+    source, validation = build_sources(cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer)
     problems = [source[i] for i in range(300)] + validation
     prompts = encode_prompts(tokenizer, problems, cfg.data)
     answers = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]

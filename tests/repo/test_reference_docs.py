@@ -1,5 +1,5 @@
-"""The references in docs/ are the code's: docs/config.md is what the schema generates (every key a recipe can set,
-each with its docstring)."""
+"""The references in docs/ are the code's: docs/guides/config.md is what the schema generates (every key a recipe can
+set, each with its docstring)."""
 
 import re
 
@@ -7,7 +7,7 @@ from dtppo import config as config_lib
 from dtppo.config.reference import config_reference
 from tests.support.recipes import REPO
 
-DOCS = REPO / "docs"
+DOCS = REPO / "docs" / "guides"
 
 
 def _leaves(tree: dict, prefix: str = "") -> set[str]:
@@ -22,7 +22,7 @@ def _leaves(tree: dict, prefix: str = "") -> set[str]:
 
 def test_docs_config_md_is_the_generated_reference():
     assert (DOCS / "config.md").read_text() == config_reference(), (
-        "docs/config.md is stale: python -m dtppo.config.reference > docs/config.md"
+        "docs/guides/config.md is stale: python -m dtppo.config.reference > docs/guides/config.md"
     )
 
 

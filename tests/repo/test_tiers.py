@@ -1,4 +1,4 @@
-"""The two tiers' contract (docs/testing.md): every module of src/dtppo keeps a test in `make test`.
+"""The two tiers' contract (docs/guides/testing.md): every module of src/dtppo keeps a test in `make test`.
 
 A module is covered when a test file of the default tier (one with a test not marked slow) imports it, or, for
 the modules that no test imports because they run inside what a test drives (the CLI's launcher, the scoring
@@ -16,23 +16,16 @@ SRC, TESTS = REPO / "src", REPO / "tests"
 
 # module -> (the default-tier test file that exercises it, the module that test imports to drive it)
 COVERED_THROUGH = {
-    "dtppo.config.checks": ("tests/unit/config/test_bad_configs.py", "dtppo.config"),
-    "dtppo.config.loading": ("tests/unit/config/test_bad_configs.py", "dtppo.config"),
-    "dtppo.distributed.bridge": ("tests/unit/generation/test_remote_generation.py", "dtppo.generation.remote"),
-    "dtppo.distributed.parallel_dims": ("tests/distributed/test_parity.py", "tests.support.harness"),
-    "dtppo.envs.worker": ("tests/unit/envs/test_env_failures.py", "dtppo.envs.client"),
-    "dtppo.launch.launcher": ("tests/functional/test_multirank_cli.py", "tests.support.cli"),
+    "dtppo.distributed.bridge": ("tests/unit/generation/test_remote.py", "dtppo.generation.remote"),
+    "dtppo.envs.worker": ("tests/unit/envs/test_client.py", "dtppo.envs.client"),
     "dtppo.launch.model_checks": ("tests/unit/launch/test_model_checks.py", "dtppo.launch.preflight"),
     "dtppo.launch.ray": ("tests/functional/test_ray.py", "tests.support.cli"),
-    "dtppo.models.loading": ("tests/unit/launch/test_model_checks.py", "dtppo.launch.preflight"),
     "dtppo.ppo.entry": ("tests/functional/test_ppo_cli.py", "tests.support.cli"),
-    "dtppo.ppo.sample_filters": ("tests/functional/test_mismatch_cli.py", "tests.support.cli"),
-    "dtppo.rewards.pool_worker": ("tests/unit/usercode/test_user_code_bounds.py", "dtppo.rewards.scoring"),
-    "dtppo.rewards.validation": ("tests/functional/test_ppo_cli.py", "tests.support.cli"),
-    "dtppo.usercode.loading": ("tests/unit/usercode/test_user_code_bounds.py", "dtppo.rewards.scoring"),
-    "dtppo.usercode.pool": ("tests/unit/usercode/test_user_code_bounds.py", "dtppo.rewards.scoring"),
-    "dtppo.usercode.sandbox": ("tests/unit/usercode/test_user_code_bounds.py", "dtppo.rewards.scoring"),
-    "dtppo.workers.base": ("tests/unit/workers/test_episode_losses.py", "dtppo.workers.policy"),
+    "dtppo.rewards.pool_worker": ("tests/unit/usercode/test_pool_bounds.py", "dtppo.rewards.scoring"),
+    "dtppo.usercode.pool": ("tests/unit/usercode/test_pool_bounds.py", "dtppo.rewards.scoring"),
+    "dtppo.workers.base": ("tests/unit/workers/test_policy_episodes.py", "dtppo.workers.policy"),
+    # what the tests and bench/ share, imported through tests/support/harness.py
+    "dtppo.testing.workers": ("tests/distributed/test_parity.py", "tests.support.harness"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Reward functions that fail the ways user code fails (tests/unit/usercode/test_user_code_bounds.py and
+"""Reward functions that fail the ways user code fails (tests/unit/usercode/test_pool_bounds.py and
 tests/functional/test_reward_failures_cli.py load them by path): a crash, a segfault, allocation without end, a fork,
 a flaky service, a flood of output, a hang."""
 

@@ -1,6 +1,6 @@
 """A catalogue of hostile completions for the GSM8K reward, each with the score the contract gives it.
 
-The contract (docs/rewards.md, dtppo.rewards.verifiers.gsm8k): 1.0 iff the response's *final answer* equals the
+The contract (docs/guides/rewards.md, dtppo.rewards.verifiers.gsm8k): 1.0 iff the response's *final answer* equals the
 ground truth numerically, else 0.0; never raises; bounded time. The rules that decide the expected scores below:
 
 - the final answer is, in priority order: the last ``####`` line, the last ``\\boxed{}`` (or ``\\fbox{}``), the
@@ -29,7 +29,7 @@ DEEP = 500  # nesting depth of the deep LaTeX cases
 
 @dataclass(frozen=True)
 class Case:
-    kind: str  # the case class, one row of docs/reliability.md
+    kind: str  # the case class, one row of docs/guides/reliability.md
     name: str  # unique id
     response: object
     truth: object

@@ -1,5 +1,5 @@
 """Environments for the episode tests: a scripted calculator that pays 0.5 per call and 1.0 for an answer, and
-ones that fail in each way an environment can (``tests/unit/envs/test_env_failures.py``; loaded by path)."""
+ones that fail in each way an environment can (``tests/unit/envs/test_client.py``; loaded by path)."""
 
 import os
 import re

@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from dtppo import config as config_lib  # noqa: E402
-from dtppo.data.loader import encode_prompts  # noqa: E402
+from dtppo.data.chat import encode_prompts  # noqa: E402
 from dtppo.generation.generator import TorchGenerator  # noqa: E402
 from dtppo.generation.sampler import stream_key  # noqa: E402
 from dtppo.models.causal_lm import stop_token_ids  # noqa: E402
@@ -67,7 +67,7 @@ def main(sft_dir: str, out: str) -> None:
             "policy.generation.backend=vllm",
             "policy.generation.temperature=0.7",
             "policy.optimizer.lr=1e-3",
-            "ppo.val_at_start=false",
+            "ppo.validation.at_start=false",
             "logger.progress=false",
         ],
     )

@@ -252,7 +252,7 @@ def first_token_abs_mean(advantages: torch.Tensor, response_mask: torch.Tensor) 
     """Mean |A| at each sample's first response token (the decision token), over samples with a response.
 
     advantages: [B, T]; response_mask: [B, T] -> scalar float32 (0 when no sample has a response token).
-    Unshifted values see the token they judge, so their advantage here is pushed toward 0 (issue 12).
+    Unshifted values see the token they judge, so their advantage here is pushed toward 0 (docs/guides/learning.md).
     """
     valid = response_mask.bool()
     has_response = valid.any(dim=1)

@@ -4,12 +4,12 @@ All take per-token log-probs ``logprobs, ref_logprobs: [B, T]`` and return ``[B,
 ±20 and the output to ±10 so one extreme token cannot blow up a step. Where either clamp binds, the in-loss
 term (:func:`kl_loss_surrogate`) is a constant: no gradient, as in NeMo-RL.
 
-Which KL each option optimises (derivations in docs/design.md, "KL to the reference"). Samples y come from the
+Which KL each option optimises (derivations in docs/design/kl.md). Samples y come from the
 generator π_gen; π is the policy being trained and ρ = π/π_gen.
 
-- In the loss (``loss.kl_in_reward=false``): :func:`kl_loss_surrogate`, whose expected gradient is exactly
+- In the loss (``loss.kl.in_reward=false``): :func:`kl_loss_surrogate`, whose expected gradient is exactly
   ∇KL(π‖π_ref) (per token, given the prefix) for every estimator.
-- In the reward (``loss.kl_in_reward=true``): ``−β·k`` is a reward computed once from π_old and ascended
+- In the reward (``loss.kl.in_reward=true``): ``−β·k`` is a reward computed once from π_old and ascended
   through the policy gradient. With k1 that is the gradient of the sequence-level KL(π‖π_ref) at π = π_old.
   k2 and k3 as rewards are biased: their score-function gradient is not ∇KL (with k3 it is
   ∇KL(π‖π_ref) − ∇KL(π_ref‖π), which vanishes to second order near π_ref).

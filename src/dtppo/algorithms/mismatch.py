@@ -7,7 +7,7 @@ Two corrections, each a pure function of the recorded ``gen_logprobs`` and the r
   off-policy RL training"; verl ``rollout_correction.rollout_is``, NeMo-RL ``tis``): the policy loss of each
   token is weighted by ``min(π_old/π_gen, C)``, a constant (no gradient). ``token``: the token's own ratio;
   ``sequence``: the product of the sequence's ratios (verl's sequence level), the same weight on every token.
-- Sequence masking by mismatch (NeMo-RL ``ppo.seq_logprob_error_threshold``): a sequence whose multiplicative
+- Sequence masking by mismatch (NeMo-RL's ``seq_logprob_error_threshold``): a sequence whose multiplicative
   probability error ``mean_t exp(|log π_gen − log π_old|)`` exceeds a threshold is left out of training.
 
 Shapes: ``B`` samples, ``T`` positions; masks are ``[B, T]`` with 1 on the response tokens that train.

@@ -142,7 +142,7 @@ def _write_adapter(model, lora: LoraConfig, out_dir: Path, name: str, base: str 
 def _build_from_sources(cfg: config_lib.Config) -> tuple:
     """(tokenizer, policy, critic backbone or None) from the model directories (or tiny shapes) ``cfg`` names."""
     tokenizer = load_tokenizer(cfg.policy_init_path)
-    policy = build_policy(cfg, tokenizer)
+    policy = build_policy(cfg.policy_init_path, cfg.policy.model.tiny, cfg.ppo.seed, tokenizer)
     backbone = None
     if cfg.has_critic:
         tiny = tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)

@@ -5,7 +5,7 @@ sharded as trained, loadable on any number of ranks; a tied parameter once), ``t
 schedulers, loader position, RNG, counters), ``config.yaml``, ``hf/`` (the models' HF configs and the tokenizer,
 ``models.description``) and ``manifest.json`` (size and CRC32 of every other file).
 
-Guarantees (measured in docs/reliability.md):
+Guarantees (measured in docs/guides/reliability.md):
 - A directory named ``step_N`` is always whole. It appears only by renaming a finished ``tmp_step_N``, and
   one being replaced or pruned is first renamed to a ``tmp_`` name, so a kill at any instant leaves whole
   ``step_N`` directories plus ``tmp_*`` leftovers, which are ignored and removed by the next save.

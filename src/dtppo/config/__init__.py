@@ -1,9 +1,11 @@
-"""Configuration: the typed, frozen tree whose sections check their own fields (``schema``; the sections in
-``training``, ``inputs`` and ``run``), recipes to Config
-(``loading``), the rules spanning sections (``checks``). Standard library and PyYAML only: what a recipe names
-outside itself (files, models, packages, code) is checked by ``dtppo.launch.preflight``."""
+"""Configuration: the typed, frozen tree whose sections check their own fields (``schema``; one module per kind of
+section: ``models``, ``optim``, ``generation``, ``policy``, ``value``, ``ppo``, ``loss``, ``inputs``, ``run``),
+recipes to Config (``loading``, old key names through ``renames``), the rules spanning sections (``checks``).
+Standard library and PyYAML only: what a recipe names outside itself (files, models, packages, code) is checked
+by ``dtppo.launch.preflight``."""
 
 from dtppo.config.checks import batch_clamp_notes, check_sft
+from dtppo.config.generation import GenerationConfig
 from dtppo.config.inputs import (
     TASK_VERIFIERS,
     CarelessStageConfig,
@@ -16,6 +18,18 @@ from dtppo.config.inputs import (
     TinyMathConfig,
 )
 from dtppo.config.loading import apply_overrides, from_dict, load
+from dtppo.config.loss import KLConfig, LossAggregation, LossConfig, RolloutCorrectionConfig
+from dtppo.config.models import LoraConfig, ModelConfig, ParallelConfig, TinyModelConfig
+from dtppo.config.optim import OptimizerConfig, SchedulerConfig
+from dtppo.config.policy import PolicyConfig
+from dtppo.config.ppo import (
+    DynamicSamplingConfig,
+    GAEConfig,
+    OverlongShapingConfig,
+    PPOConfig,
+    ValidationConfig,
+)
+from dtppo.config.renames import RENAMES
 from dtppo.config.rules import ConfigError
 from dtppo.config.run import (
     CheckpointingConfig,
@@ -26,22 +40,7 @@ from dtppo.config.run import (
     WandbConfig,
 )
 from dtppo.config.schema import Config
-from dtppo.config.training import (
-    DynamicSamplingConfig,
-    GenerationConfig,
-    LoraConfig,
-    LossAggregation,
-    LossConfig,
-    ModelConfig,
-    OptimizerConfig,
-    OverlongShapingConfig,
-    ParallelConfig,
-    PolicyConfig,
-    PPOConfig,
-    SchedulerConfig,
-    TinyModelConfig,
-    ValueConfig,
-)
+from dtppo.config.value import ValueConfig, VtraceConfig, WarmupConfig
 
 __all__ = [
     "TASK_VERIFIERS",
@@ -60,7 +59,9 @@ __all__ = [
     "DynamicSamplingConfig",
     "EnvConfig",
     "ExportConfig",
+    "GAEConfig",
     "GenerationConfig",
+    "KLConfig",
     "LoggerConfig",
     "LoraConfig",
     "LossAggregation",
@@ -71,13 +72,18 @@ __all__ = [
     "OverlongShapingConfig",
     "PPOConfig",
     "ParallelConfig",
+    "RENAMES",
     "PolicyConfig",
     "RewardConfig",
     "RewardModelConfig",
+    "RolloutCorrectionConfig",
     "SFTConfig",
     "SchedulerConfig",
     "TinyMathConfig",
     "TinyModelConfig",
+    "ValidationConfig",
     "ValueConfig",
+    "VtraceConfig",
     "WandbConfig",
+    "WarmupConfig",
 ]

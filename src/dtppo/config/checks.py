@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
+from dtppo.config.models import TinyModelConfig
 from dtppo.config.reward_spec import BUILTINS, parse_spec
 from dtppo.config.rules import require
 from dtppo.config.schema import Config
-from dtppo.config.training import TinyModelConfig
 
 
 def check(cfg: Config) -> None:
@@ -95,8 +95,8 @@ def _check_grpo(cfg: Config) -> None:
         f"got {cfg.ppo.num_generations_per_prompt}",
     )
     require(
-        cfg.ppo.policy_training_start_step == 0,
-        "ppo.policy_training_start_step",
+        cfg.value.warmup.steps == 0,
+        "value.warmup.steps",
         "must be 0 with ppo.advantage_estimator=grpo (it is a critic warmup; grpo has no critic)",
     )
     require(
@@ -105,8 +105,8 @@ def _check_grpo(cfg: Config) -> None:
         "must be 0 with ppo.advantage_estimator=grpo (there is no critic pool to give ranks to)",
     )
     require(
-        not (cfg.loss.kl_coef > 0.0 and cfg.loss.kl_in_reward),
-        "loss.kl_in_reward",
+        not (cfg.loss.kl.coef > 0.0 and cfg.loss.kl.in_reward),
+        "loss.kl.in_reward",
         "must be false with ppo.advantage_estimator=grpo (its advantages use the outcome reward only; "
         "the KL goes in the loss, as in DeepSeekMath)",
     )
@@ -123,11 +123,11 @@ def _check_async(cfg: Config) -> None:
         f"generation on the training ranks, each step waits for its own rollouts)",
     )
     require(
-        lag == 0 or cfg.loss.rollout_is is not None,
-        "loss.rollout_is",
+        lag == 0 or cfg.loss.rollout_correction.importance_sampling is not None,
+        "loss.rollout_correction.importance_sampling",
         f"must be token or sequence with ppo.max_lag={lag}: the tokens come from a policy up to {lag} steps older "
         f"than the one the PPO ratio is taken against, and each token's loss needs the capped weight π_old/π_gen "
-        f"(the decoupled loss, docs/async.md)",
+        f"(the decoupled loss, docs/guides/async.md)",
     )
     require(
         cfg.value.target_correction == "none" or cfg.has_critic,
@@ -177,7 +177,7 @@ def _check_sample_selection(cfg: Config) -> None:
 def _check_critic_start(cfg: Config) -> None:
     """A warm start and an EV-gated warmup concern a critic; the gate replaces the fixed warmup, not both."""
     value = cfg.value
-    used_by = {"warm_start": value.warm_start is not None, "warmup_until_ev": value.warmup_until_ev is not None}
+    used_by = {"warm_start": value.warm_start is not None, "warmup.until_ev": value.warmup.until_ev is not None}
     for key, used in used_by.items():
         require(
             not used or cfg.has_critic,
@@ -185,10 +185,10 @@ def _check_critic_start(cfg: Config) -> None:
             "concerns the critic; ppo.advantage_estimator=grpo has none",
         )
     require(
-        value.warmup_until_ev is None or cfg.ppo.policy_training_start_step == 0,
-        "ppo.policy_training_start_step",
-        f"must be 0 with value.warmup_until_ev (the warmup ends on the critic's explained variance, capped at "
-        f"value.warmup_max_steps); pick one, got {cfg.ppo.policy_training_start_step}",
+        value.warmup.until_ev is None or cfg.value.warmup.steps == 0,
+        "value.warmup.steps",
+        f"must be 0 with value.warmup.until_ev (the warmup ends on the critic's explained variance, capped at "
+        f"value.warmup.max_steps); pick one, got {cfg.value.warmup.steps}",
     )
 
 
@@ -196,13 +196,13 @@ def _check_env(cfg: Config) -> None:
     """Episodes are run by the generator of the policy's own ranks; a turn needs room in the token budget."""
     env = cfg.env
     require(
-        cfg.ppo.gae_unit == "token" or (env.multi_turn and cfg.has_critic),
-        "ppo.gae_unit",
+        cfg.ppo.gae.unit == "token" or (env.multi_turn and cfg.has_critic),
+        "ppo.gae.unit",
         "turn takes one GAE step per assistant turn: it needs episodes (env.class) and a critic (gae)",
     )
     require(
-        cfg.ppo.gae_unit == "token" or cfg.value.target_correction == "none",
-        "ppo.gae_unit",
+        cfg.ppo.gae.unit == "token" or cfg.value.target_correction == "none",
+        "ppo.gae.unit",
         "turn with value.target_correction=vtrace is not supported (V-trace's ratios are per token)",
     )
     if not env.multi_turn:

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dtppo.config.optim import OptimizerConfig, SchedulerConfig
 from dtppo.config.reward_spec import RESERVED_NAMES, parse_spec
 from dtppo.config.rules import ConfigError, at_least, names_a_directory, require
-from dtppo.config.training import OptimizerConfig, SchedulerConfig
 
 # Each task's verifier: its default reward function and the source of validation/accuracy (custom has none).
 TASK_VERIFIERS: dict[str, str | None] = {"tiny_math": "gsm8k", "gsm8k": "gsm8k", "math": "math", "custom": None}
@@ -23,8 +23,8 @@ class TinyMathConfig:
     kind: Literal["word_problems", "running_sum"] = "word_problems"
     """word_problems: 1-2 step stories ("Tom has 5 apples. He buys 3 more, ...") answered by one equation per step;
     running_sum: "Start at s. Add k until the total is over t." answered by every running total compared with t, one
-    ``a+k=b<=t`` line per addition and a last ``a+k=b>t`` (min_ops..max_ops lines: long responses; docs/learning.md,
-    "A long task")."""
+    ``a+k=b<=t`` line per addition and a last ``a+k=b>t`` (min_ops..max_ops lines: long responses;
+    docs/guides/learning.md, "A long task")."""
     max_number: int = 20
     """Operands and start values are drawn from 1..max_number (running_sum: s and k)."""
     min_ops: int = 1
@@ -65,7 +65,7 @@ class DatasetConfig:
 
     path: str | None = None
     """A jsonl file, a ``save_to_disk`` directory or a hub dataset id (train: the training rows; validation: the
-    first ``ppo.max_val_samples`` usable rows)."""
+    first ``ppo.validation.max_samples`` usable rows)."""
     hf_config: str | None = None
     """The configuration (subset) of a hub dataset id in ``path``, e.g. ``main`` for ``openai/gsm8k``; only
     for hub ids."""
@@ -176,7 +176,7 @@ class SFTConfig:
     """An HF directory (model + tokenizer), with ``sft_results.json`` (its accuracies) beside the weights."""
     seed: int = 0
     """Seeds the model's initialisation and the data order. Independent of ``ppo.seed``, so PPO seeds can share one
-    SFT model and SFT models can be varied on their own (docs/learning.md)."""
+    SFT model and SFT models can be varied on their own (docs/guides/learning.md)."""
     num_steps: int = 500
     """Optimizer steps of the main stage: the cap when ``patience`` stops it earlier."""
     val_period: int = 0
@@ -316,7 +316,7 @@ def check_process_bounds(section: RewardConfig | EnvConfig) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class EnvConfig:
-    """A multi-turn environment (docs/episodes.md): after each assistant turn it answers with an observation (a
+    """A multi-turn environment (docs/guides/episodes.md): after each assistant turn it answers with an observation (a
     tool's output) that the policy reads but is never trained on, a reward, and whether the episode is done."""
 
     class_: str | None = None

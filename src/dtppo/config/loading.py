@@ -4,6 +4,7 @@ A recipe may name one parent with ``defaults: other.yaml`` (resolved relative to
 merged over the parent's. Command-line overrides are parsed as YAML scalars and merged last. The merged mapping is
 then converted into the dataclass tree: unknown keys, wrong types and each section's own rules fail with the full
 dotted key path, and the rules spanning sections (``checks``) are checked once here so no later code re-validates.
+Keys written under an older name (``renames``) are moved to their new place with a one-line notice.
 This validates the recipe by itself: the files, models, packages and code it names are ``dtppo.launch.preflight``'s.
 """
 
@@ -13,6 +14,7 @@ import dataclasses
 import keyword
 import math
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from dtppo.config.checks import check, warn_unusual
+from dtppo.config.renames import migrate, renamed_key
 from dtppo.config.rules import ConfigError
 from dtppo.config.schema import Config
 
@@ -42,13 +45,20 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...]
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"{item}: overrides are written section.key=value")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw.strip() else None)
+        key = key.strip()
+        if renamed_key(key) != key:
+            print(
+                f"config: {key} is now {renamed_key(key)}; the override applies, but write {renamed_key(key)}",
+                file=sys.stderr,
+            )
+        _set_dotted(tree, renamed_key(key), yaml.safe_load(raw) if raw.strip() else None)
     return tree
 
 
 def from_dict(tree: dict[str, Any]) -> Config:
-    """Build and validate a config from an already merged mapping (e.g. one saved in a checkpoint)."""
-    cfg = _build(Config, tree, path="")
+    """Build and validate a config from an already merged mapping (e.g. one saved in a checkpoint, whose keys may
+    be older names: they are moved silently)."""
+    cfg = _build(Config, migrate(tree, notice=False), path="")
     check(cfg)
     return cfg
 
@@ -64,6 +74,7 @@ def _read_recipe(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"recipe: {path} is not valid YAML: {err}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"recipe: {path} must hold a mapping at the top level")
+    migrate(tree)
     parent = tree.pop("defaults", None)
     if parent is None:
         return tree

@@ -1,5 +1,6 @@
 """The recipe reference, generated from the schema: every key with its type, default and the docstring under its
-field. ``python -m dtppo.config.reference > docs/config.md`` writes docs/config.md; a test keeps it current."""
+field. ``python -m dtppo.config.reference > docs/guides/config.md`` writes docs/guides/config.md; a test keeps it
+current."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import typing
 from typing import Any, Literal
 
 from dtppo.config.loading import KWARGS
+from dtppo.config.renames import RENAMES
 from dtppo.config.schema import Config
 
 HEADER = """# Configuration reference
 
 Every key a recipe may set, with its type, its default and what it does, section by section. Generated from the
-schema (`python -m dtppo.config.reference > docs/config.md`; a test fails when it is stale). A recipe sets any
+schema (`python -m dtppo.config.reference > docs/guides/config.md`; a test fails when it is stale). A recipe sets any
 subset (`defaults:` names a recipe it starts from); a command line overrides any key as `section.key=value`. Where a
 default is `null` and the text says "filled in", the loaded config holds the value it derives.
 """
@@ -94,12 +96,27 @@ def section_lines(cls: type, path: str) -> list[str]:
 
 
 def config_reference() -> str:
-    """docs/config.md: every section of ``Config`` in schema order."""
+    """docs/guides/config.md: every section of ``Config`` in schema order."""
     lines = [HEADER]
     hints = typing.get_type_hints(Config)
     for field in dataclasses.fields(Config):
         lines += section_lines(hints[field.name], field.name)
+    lines += renamed_lines()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def renamed_lines() -> list[str]:
+    """The table of keys that moved into their feature's subsection (``renames.RENAMES``)."""
+    lines = [
+        "## Renamed keys",
+        "",
+        "A recipe or override that writes an old name still loads: the key is moved to its new place and one line on "
+        "stderr names the new key. A recipe that sets both names is refused.",
+        "",
+        "| old key | new key |",
+        "|---|---|",
+    ]
+    return lines + [f"| `{old}` | `{new}` |" for old, new in RENAMES.items()] + [""]
 
 
 if __name__ == "__main__":

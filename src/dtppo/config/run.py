@@ -123,7 +123,7 @@ class ClusterConfig:
     generation_ranks: int = 0
     """0: the policy's own ranks generate the rollouts (between updates). G: the last G of the launched ranks only
     generate, each with a whole copy of the policy refitted after every update, and the others only train; with
-    ``ppo.max_lag`` > 0 generation runs that many steps ahead of training (docs/async.md)."""
+    ``ppo.max_lag`` > 0 generation runs that many steps ahead of training (docs/guides/async.md)."""
     generation_timeout_s: float = 1800.0
     """With generation ranks: how long one side waits for the other (a batch, the next weights) before the run
     stops with an error. A generation rank that dies stops the run at once, whatever this says."""

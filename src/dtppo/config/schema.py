@@ -1,7 +1,8 @@
 """The typed, frozen configuration tree: ``Config``, one dataclass field per recipe section, and its derived values.
 
-The sections live by what they describe: ``training`` (models, optimizers, schedules, generation, layouts, PPO and
-its losses), ``inputs`` (data, SFT, rewards) and ``run`` (logging, trackers, checkpoints, cluster); each has a
+The sections live by what they describe, one module per kind: ``models`` (weights, adapters, layouts), ``optim``,
+``generation``, ``policy``, ``value``, ``ppo``, ``loss``, ``inputs`` (data, SFT, rewards) and ``run`` (logging,
+trackers, checkpoints, cluster); each has a
 docstring under every field and checks its own fields when it is built (``__post_init__``), naming the field
 relative to itself; ``loading`` prefixes the section's dotted path, so a recipe's error names the full key. Rules
 that span sections are ``checks``'. Schedules with ``total_steps: null`` get their stage's length when the Config
@@ -22,13 +23,12 @@ from dtppo.config.inputs import (
     RewardConfig,
     SFTConfig,
 )
+from dtppo.config.loss import LossConfig
+from dtppo.config.models import ModelConfig
+from dtppo.config.policy import PolicyConfig
+from dtppo.config.ppo import PPOConfig
 from dtppo.config.run import CheckpointingConfig, ClusterConfig, ExportConfig, LoggerConfig
-from dtppo.config.training import (
-    LossConfig,
-    PolicyConfig,
-    PPOConfig,
-    ValueConfig,
-)
+from dtppo.config.value import ValueConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,10 +94,10 @@ class Config:
     def optimizer_steps(self, role: Literal["policy", "value"]) -> int:
         """Optimizer steps a PPO run makes on ``role``'s model: one per global batch of each epoch of each
         step, ``value.updates_per_step`` times for the critic; the policy's only from
-        ``ppo.policy_training_start_step`` on (a warmup that ends on the critic's EV has no known length: the
+        ``value.warmup.steps`` on (a warmup that ends on the critic's EV has no known length: the
         policy's count is then the whole run's, an upper bound)."""
         ppo, batch = self.ppo, getattr(self, role).train_global_batch_size
-        steps = ppo.max_num_steps - (ppo.policy_training_start_step if role == "policy" else 0)
+        steps = ppo.max_num_steps - (self.value.warmup.steps if role == "policy" else 0)
         passes = ppo.ppo_epochs * (self.value.updates_per_step if role == "value" else 1)
         return max(steps, 0) * passes * (self.samples_per_step // batch)
 
@@ -129,6 +129,12 @@ class Config:
     def value_init_path(self) -> str | None:
         """The critic's backbone: its own path if set, else the policy's starting point (or a tiny random model)."""
         return self.value.model.path or self.policy_init_path
+
+    @property
+    def critic_model(self) -> ModelConfig | None:
+        """The critic's starting backbone: ``value.model`` with its path resolved (``value_init_path``); None when
+        the run has no critic."""
+        return dataclasses.replace(self.value.model, path=self.value_init_path) if self.has_critic else None
 
     def data_parallel_size(self, role: Literal["policy", "value"]) -> int:
         """Data-parallel ranks of ``role``'s pool: its ranks / (its ``parallel.tp`` · its ``parallel.cp``)."""

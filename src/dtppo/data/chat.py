@@ -1,6 +1,7 @@
-"""The policy's chat template as a run renders it: ``ChatFormat.render`` is the one call of it in dtppo, with
-``data.system_prompt`` and ``data.chat_template_kwargs``, for prompts, SFT rows, validation, the observation turns of
-episodes and preflight's check. (A reward model renders with its own template: ``rewards.model``.)
+"""Prompt formatting: the policy's chat template as a run renders it. ``ChatFormat.render`` is the one call of it in
+dtppo, with ``data.system_prompt`` and ``data.chat_template_kwargs``, for prompts (``format_prompt``,
+``encode_prompts``), SFT rows, validation, the observation turns of episodes and preflight's check. (A reward
+model renders with its own template: ``rewards.model``.)
 
 **The text of an observation turn.** An environment's observation given as chat messages enters an episode as the
 template's own text for it: what the template renders after an assistant message's content, through the
@@ -13,7 +14,7 @@ goes on after it. The text may not depend on the conversation before the assista
 different neutral conversations, and a template that renders the two differently (one that numbers its rounds)
 cannot give it (``TurnTextError``). What a template renders for the earlier turns themselves is not asked of it:
 Qwen3's drops an empty ``<think>`` block from an assistant message that is not the last, and dtppo keeps the tokens
-each turn was sampled after (docs/episodes.md).
+each turn was sampled after (docs/guides/episodes.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.config import DataConfig
+from dtppo.data.problem import Problem, Prompt
 
 Messages = list[dict[str, Any]]
 
@@ -79,3 +81,37 @@ class ChatFormat:
         if rendered.count(_MARK) != 1:
             raise TurnTextError("it does not render an assistant message's text as it is")
         return rendered[rendered.index(_MARK) + len(_MARK) :]
+
+
+def prompt_length(tokenizer: PreTrainedTokenizerBase, chat: ChatFormat):
+    """Tokens of a prompt, counted exactly as ``encode_prompts`` encodes it."""
+
+    def length(prompt: Prompt) -> int:
+        text = format_prompt(tokenizer, prompt, chat)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return length
+
+
+def conversation(prompt: Prompt, system_prompt: str | None) -> list[dict[str, str]]:
+    """The prompt as chat messages: a text prompt is the user turn; ``system_prompt`` goes first unless the
+    messages bring their own system turn."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system_prompt and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
+def format_prompt(tokenizer: PreTrainedTokenizerBase, prompt: Prompt, chat: ChatFormat) -> str:
+    """The prompt text through the tokenizer's chat template (ours or the model's), with ``chat``'s system prompt
+    and template variables, ending with the generation prompt."""
+    return chat.render(tokenizer, conversation(prompt, chat.system_prompt), add_generation_prompt=True)
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, problems: list[Problem], data: DataConfig) -> list[list[int]]:
+    """Token ids of each prompt, rendered as ``data`` says (``system_prompt``, ``chat_template_kwargs``); a prompt
+    over ``data.max_prompt_tokens`` keeps its last ``max_prompt_tokens`` tokens."""
+    chat = ChatFormat.of(data)
+    texts = [format_prompt(tokenizer, p.question, chat) for p in problems]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [row[-data.max_prompt_tokens :] for row in ids]

@@ -4,7 +4,7 @@ Layouts: ``zigzag`` (head-tail, the default): a row of width W (a multiple of 2�
 W / (2·cp) tokens and rank r holds chunks r and 2·cp - 1 - r, so under causal attention every rank has the same
 work; ``contiguous``: rank r holds the r-th W / cp tokens, and the last rank attends to the most keys. Everything
 that looks one token back (next-token ids, the V(s_t) shift) is done on the global row: a rank's tokens are never
-shifted on their own (docs/design.md, "Context parallelism").
+shifted on their own (docs/design/sequences.md).
 
 Gathers come in two kinds, by what the gradient of the gathered tensor is on each rank:
 

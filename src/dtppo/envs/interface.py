@@ -96,7 +96,8 @@ def checked_step(result: Any) -> tuple[Observation, float, bool]:
         )
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
         raise ValueError(f"reward {reward!r:.{_PREVIEW}} ({type(reward).__name__}), not a finite number")
-    if not isinstance(done, bool) and type(done).__name__ != "bool_":  # numpy's bool too
+    numpy_bool = type(done).__module__ == "numpy" and type(done).__name__ in ("bool", "bool_")  # 2.x and 1.x
+    if not isinstance(done, bool) and not numpy_bool:  # numpy's bool too
         raise ValueError(f"done {done!r:.{_PREVIEW}} ({type(done).__name__}), not a bool")
     return observation, float(reward), bool(done)
 

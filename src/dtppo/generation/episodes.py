@@ -1,4 +1,4 @@
-"""Multi-turn episodes on any generator (docs/episodes.md): ``EpisodeGenerator`` runs the turn loop behind the
+"""Multi-turn episodes on any generator (docs/guides/episodes.md): ``EpisodeGenerator`` runs the turn loop behind the
 ``Generator`` seam, so workers, the trainer and validation see one more generator.
 
 Per turn, every unfinished episode samples one assistant turn from its whole prefix (prompt, earlier turns and
@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from dtppo.config import Config, EnvConfig
+from dtppo.config import EnvConfig
 from dtppo.data.chat import ChatFormat
 from dtppo.envs.client import EnvClient
 from dtppo.envs.interface import Observation
@@ -171,9 +171,11 @@ class EpisodeGenerator:
             episode.used += len(tokens)
 
 
-def with_episodes(generator: Generator, cfg: Config, tokenizer: PreTrainedTokenizerBase) -> Generator:
+def with_episodes(
+    generator: Generator, env: EnvConfig, chat: ChatFormat, tokenizer: PreTrainedTokenizerBase
+) -> Generator:
     """``generator`` itself for single-turn runs, else the episode loop around it (``env.class`` set), rendering chat
-    observations as ``cfg.data`` renders prompts."""
-    if not cfg.env.multi_turn:
+    observations as ``chat`` (``data``'s format) renders prompts."""
+    if not env.multi_turn:
         return generator
-    return EpisodeGenerator(generator, EnvClient(cfg.env), tokenizer, cfg.env, ChatFormat.of(cfg.data))
+    return EpisodeGenerator(generator, EnvClient(env), tokenizer, env, chat)

@@ -27,7 +27,7 @@ from dtppo.types import Experience, SampleRequest
 log = logging.getLogger(__name__)
 # Distinct (batch, cache length) shapes one process compiles decode steps for. Each is a recompile of the one
 # compiled decode function, and dynamo stops at its recompile limit (8 by default), with fullgraph=True as a hard
-# error in the middle of a run; past this many, a rollout decodes eagerly (docs/design.md, "Generation").
+# error in the middle of a run; past this many, a rollout decodes eagerly (docs/design/generation.md).
 MAX_GRAPH_SHAPES = 6
 # Compiled decoders kept alive (each holds its KV cache and stacked weights): a synchronous run alternates between
 # its rollout shape and its validation shape; a third shape evicts the least recently used.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from dtppo.config import Config
+from dtppo.config import ClusterConfig, PolicyConfig
 from dtppo.distributed.bridge import TRAINER, Bridge, BridgeError
 from dtppo.distributed.parallelize import compute_dtype
 from dtppo.distributed.ranks import run_worlds
@@ -194,12 +194,12 @@ def flatten_weights(state: dict[str, torch.Tensor], names: list[str]) -> torch.T
     return torch.cat([state[name].detach().reshape(-1).float() for name in names])
 
 
-def connect_client(cfg: Config) -> GenerationClient:
+def connect_client(cluster: ClusterConfig) -> GenerationClient:
     """Training rank 0's client, once every generation rank has built its model and its sampler."""
     worlds = run_worlds()
     assert worlds is not None and worlds.generation_rank is None, "training rank 0 of a run with generation ranks"
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    bridge = Bridge(worlds.store, TRAINER, 1 + cfg.cluster.generation_ranks, cfg.cluster.generation_timeout_s, device)
+    bridge = Bridge(worlds.store, TRAINER, 1 + cluster.generation_ranks, cluster.generation_timeout_s, device)
     return GenerationClient(bridge)
 
 
@@ -209,18 +209,21 @@ def connect_client(cfg: Config) -> GenerationClient:
 class GenerationService:
     """One generation rank: its whole copy of the policy, its generator, and the loop over the trainer's posts.
 
-    The copy computes in ``compute_dtype()`` (bf16 on GPU), like the colocated generation replica."""
+    The copy computes in ``compute_dtype()`` (bf16 on GPU), like the colocated generation replica. ``init_path``:
+    where the policy starts (``Config.policy_init_path``); ``seed``: ``ppo.seed``."""
 
-    def __init__(self, cfg: Config):
+    def __init__(
+        self, policy: PolicyConfig, cluster: ClusterConfig, init_path: str | None, seed: int, max_prompt_tokens: int
+    ):
         worlds = run_worlds()
         assert worlds is not None and worlds.generation_rank is not None, "a generation rank"
-        self.cfg, self.index, self.count = cfg, worlds.generation_rank, cfg.cluster.generation_ranks
-        torch.manual_seed(cfg.ppo.seed)
-        self.tokenizer = load_tokenizer(cfg.policy_init_path)
+        self.policy, self.index, self.count = policy, worlds.generation_rank, cluster.generation_ranks
+        torch.manual_seed(seed)
+        self.tokenizer = load_tokenizer(init_path)
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-        model = build_policy(cfg, self.tokenizer)
-        if cfg.policy.lora.adapter_path is not None:  # the trainer's starting weights: that adapter merged (a fresh
-            model = merged_model(add_adapters(model, cfg.policy.lora, cfg.ppo.seed))  # one has B = 0: the base)
+        model = build_policy(init_path, policy.model.tiny, seed, self.tokenizer)
+        if policy.lora.adapter_path is not None:  # the trainer's starting weights: that adapter merged (a fresh
+            model = merged_model(add_adapters(model, policy.lora, seed))  # one has B = 0: the base)
         model = model.to(device).eval().requires_grad_(False)
         for param in model.parameters():
             param.data = param.data.to(compute_dtype())
@@ -228,16 +231,16 @@ class GenerationService:
         self.names = weight_names(model)
         self.numel = sum(p.numel() for _, p in model.named_parameters())
         self.generator: Generator = build_generator(
-            cfg.policy.generation,
+            policy.generation,
             model,
             stop_token_ids(model, self.tokenizer),
             self.tokenizer.pad_token_id,
-            max_prompt_tokens=cfg.data.max_prompt_tokens,
-            seed=cfg.ppo.seed,
+            max_prompt_tokens=max_prompt_tokens,
+            seed=seed,
             device=device,
             replica=None,
         )
-        self.bridge = Bridge(worlds.store, 1 + self.index, 1 + self.count, cfg.cluster.generation_timeout_s, device)
+        self.bridge = Bridge(worlds.store, 1 + self.index, 1 + self.count, cluster.generation_timeout_s, device)
         self.device = device
         self._clock = time.perf_counter()
         self._times = {"busy": 0.0, "waited": 0.0, "loading": 0.0}
@@ -292,7 +295,7 @@ class GenerationService:
         start = time.perf_counter()
         lengths, sample_ids, flat = payload[:rows], payload[rows : 2 * rows], payload[2 * rows :]
         prompts = [p.tolist() for p in torch.split(flat, lengths.tolist())]
-        gen = self.cfg.policy.generation
+        gen = self.policy.generation
         params = SamplingParams(max_new_tokens, gen.temperature, gen.top_p, bool(greedy), min_new_tokens)
         mine = torch.tensor_split(torch.arange(rows), self.count)[self.index]
         part = None
@@ -333,9 +336,12 @@ class GenerationService:
         self.bridge.send(tensor.contiguous().cpu(), "sending a batch")
 
 
-def serve(cfg: Config) -> None:
-    """A generation rank's whole life: build, serve until STOP (a lost trainer is an error naming it)."""
-    service = GenerationService(cfg)
+def serve(
+    policy: PolicyConfig, cluster: ClusterConfig, init_path: str | None, seed: int, max_prompt_tokens: int
+) -> None:
+    """A generation rank's whole life: build (``GenerationService``'s arguments), serve until STOP (a lost trainer
+    is an error naming it)."""
+    service = GenerationService(policy, cluster, init_path, seed, max_prompt_tokens)
     try:
         service.run()
     except BridgeError as err:

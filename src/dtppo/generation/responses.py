@@ -8,8 +8,8 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from dtppo.config import Config
-from dtppo.data.loader import encode_prompts
+from dtppo.config import DataConfig, GenerationConfig, ValidationConfig
+from dtppo.data.chat import encode_prompts
 from dtppo.data.problem import Problem
 from dtppo.envs.interface import episode_row
 from dtppo.generation.sampler import stream_key
@@ -44,20 +44,25 @@ def sample_responses(
     generator: Sampler,
     tokenizer: PreTrainedTokenizerBase,
     problems: list[Problem],
-    cfg: Config,
+    generation: GenerationConfig,
+    validation: ValidationConfig,
+    data: DataConfig,
+    seed: int,
     step: int,
     first_index: int = 0,
 ) -> Responses:
-    """Answers to ``problems`` in batches of ``ppo.val_batch_size`` (greedy when ``policy.generation.val_greedy``).
-    ``first_index``: the first problem's place in the whole set, whose index seeds its answer's noise: a share of
-    the set sampled on one rank draws what the whole set sampled at once would."""
-    gen = cfg.policy.generation
-    params = SamplingParams(gen.max_new_tokens, gen.temperature, gen.top_p, greedy=gen.val_greedy)
+    """Answers to ``problems``, sampled as the sections say (``generation``'s lengths and temperature,
+    ``validation``'s batch size and greediness, ``data``'s prompt format), in batches. ``first_index``: the
+    first problem's place in the whole set, whose index seeds its answer's noise (with ``seed`` and ``step``): a
+    share of the set sampled on one rank draws what the whole set sampled at once would."""
+    params = SamplingParams(
+        generation.max_new_tokens, generation.temperature, generation.top_p, greedy=validation.greedy
+    )
     texts, lengths = [], []
-    for start in range(0, len(problems), cfg.ppo.val_batch_size):
-        batch = problems[start : start + cfg.ppo.val_batch_size]
-        prompts = encode_prompts(tokenizer, batch, cfg.data)
-        key = stream_key(cfg.ppo.seed, step, stream=1)
+    for start in range(0, len(problems), validation.batch_size):
+        batch = problems[start : start + validation.batch_size]
+        prompts = encode_prompts(tokenizer, batch, data)
+        key = stream_key(seed, step, stream=1)
         ids = torch.arange(first_index + start, first_index + start + len(batch))
         experience = generator.sample(SampleRequest(prompts, params, key, ids, [episode_row(p) for p in batch]))
         texts += decode_responses(tokenizer, experience)

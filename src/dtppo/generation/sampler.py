@@ -6,7 +6,7 @@ sample's tokens therefore depend only on its global index, not on batch composit
 it, and need no RNG state to resume. One number per row and step, not one per vocabulary entry: hashing every
 cell of a [rows, 151,936] vocabulary cost more than the decode step itself (bench/perf/sampling.py).
 
-Speed (bench/perf/rollout.py): the decoder (``rollout.decoder``, chosen by ``rollout.generator``) computes the
+Speed (bench/perf/vllm_rollout.py): the decoder (``rollout.decoder``, chosen by ``rollout.generator``) computes the
 next-token logits; stop tokens are checked on the host only every few steps, and tokens sampled after a row's
 stop token are blanked once at the end.
 """

@@ -1,26 +1,9 @@
 """The vLLM generation backend: one in-process vLLM engine per policy rank, colocated with training.
 
-The engine is built once, from the policy's starting weights written to a temporary directory (the only disk
-write; the directory is removed as soon as the engine has loaded it). After every policy update the trainer
-pushes the new weights in place with ``refit``: one full tensor at a time, straight from memory, into vLLM's
-``reload_weights``, which fuses q/k/v and gate/up itself. Prompts go in as token ids and come back as token
-ids (no vLLM tokenizer is loaded: it would encode dtppo's character tokenizer differently).
-
-Log-probs are vLLM's ``processed_logprobs``: of the tempered distribution the tokens were drawn from, as
-dtppo's trainer computes them (``log softmax(logits / T)``), so ``train/token_mult_prob_error`` compares like
-with like at any temperature. ``min_new_tokens`` is vLLM's ``min_tokens``, a logits processor applied before
-those log-probs: before it, they are of the distribution without the stop tokens, as dtppo's own sampler records.
-
-Randomness: request i gets its own ``SamplingParams(seed=...)`` from (stream key, sample id), so a rerun draws
-the same tokens. Whether a sample's tokens also survive a change of batch composition or dp layout depends on
-the engine computing bit-identical logits for a row in any batch (tests/vllm checks what holds on CPU).
-
-Threads and processes: the engine runs in the rank's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``). On a
-GPU rank of a process group it is vLLM's external-launcher executor, which takes the rank's GPU from
-``LOCAL_RANK``: vLLM's default (uni-process) executor puts its worker on ``cuda:0`` and makes that the current
-device in every rank, and FSDP2 would then shard every rank's model onto GPU 0 too. On CPU, and in a lone
-process, the uni executor. On CPU the CLI sets ``OMP_NUM_THREADS=1`` before torch starts, because vLLM's CPU
-kernels slow down 10-50x when two OpenMP threads meet any other busy process (docs/design.md).
+Built once from the starting weights, refit in place after each update (one full tensor at a time into
+``reload_weights``); token ids in and out, no vLLM tokenizer. Its log-probs are of the tempered distribution the
+tokens were drawn from, as the trainer computes them. Executors, seeds, threads and limits:
+docs/design/generation.md.
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from dtppo.config import Config, ConfigError, TinyModelConfig
 from dtppo.config.inputs import TEMPLATE_OWN_NAMES
-from dtppo.data.chat import ChatFormat
-from dtppo.data.loader import conversation, format_prompt
+from dtppo.data.chat import ChatFormat, conversation, format_prompt
 from dtppo.distributed.parallelize import decoder_layers, tensor_parallel_plan_fits
 from dtppo.errors import InputError
 from dtppo.generation.generator import resolve_decoder

@@ -12,7 +12,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from dtppo.config import Config, TinyModelConfig
+from dtppo.config import TinyModelConfig
 from dtppo.models.attention import attention_implementation
 from dtppo.models.loading import disable_dropout, loading_from
 
@@ -55,18 +55,13 @@ def build_causal_lm(
         return Qwen2ForCausalLM(config)
 
 
-def build_policy(cfg: Config, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
-    """The policy's starting weights (``Config.policy_init_path`` or the seeded tiny model), dropout off: what the
-    policy worker trains and every generation rank starts from, the same on every rank."""
+def build_policy(
+    path: str | None, tiny: TinyModelConfig, seed: int, tokenizer: PreTrainedTokenizerBase
+) -> PreTrainedModel:
+    """The policy's starting weights (``path``, ``Config.policy_init_path``, or the tiny model seeded by ``seed``),
+    dropout off: what the policy worker trains and every generation rank starts from, the same on every rank."""
     return disable_dropout(
-        build_causal_lm(
-            cfg.policy_init_path,
-            cfg.policy.model.tiny,
-            len(tokenizer),
-            tokenizer.pad_token_id,
-            tokenizer.eos_token_id,
-            cfg.ppo.seed,
-        )
+        build_causal_lm(path, tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, seed)
     )
 
 

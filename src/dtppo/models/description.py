@@ -23,7 +23,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from dtppo.config import Config
+from dtppo.config import ModelConfig
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.loading import loading_from
 from dtppo.models.tokenizer import load_tokenizer
@@ -32,28 +32,31 @@ POLICY, CRITIC = "policy", "critic"
 EXPORT_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def describe_models(cfg: Config, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict[str, bytes]:
+def describe_models(
+    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, policy_path: str | None, critic: ModelConfig | None
+) -> dict[str, bytes]:
     """{path relative to ``hf/``: bytes} for a run whose policy is ``policy`` (its config and generation config
-    as built) and whose critic, with ``ppo.advantage_estimator=gae``, starts from ``cfg.value_init_path``."""
+    as built, loaded from ``policy_path``) and whose critic, if it has one, starts from ``critic`` (its backbone's
+    directory, ``Config.value_init_path``, or its tiny shape)."""
     with tempfile.TemporaryDirectory(prefix="dtppo-describe-") as directory:
         root = Path(directory)
         # The loaded policy's config says float32 (what it trains in); the description keeps its source's dtype.
         policy_config = copy.deepcopy(policy.config)
-        policy_config.dtype = stored_dtype(cfg.policy_init_path)
+        policy_config.dtype = stored_dtype(policy_path)
         policy_config.save_pretrained(root / POLICY)
         policy.generation_config.save_pretrained(root / POLICY)
         tokenizer.save_pretrained(root / POLICY)
-        if cfg.has_critic:
-            critic_config(cfg, tokenizer).save_pretrained(root / CRITIC)
+        if critic is not None:
+            critic_config(critic, tokenizer).save_pretrained(root / CRITIC)
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def critic_config(cfg: Config, tokenizer: PreTrainedTokenizerBase):
+def critic_config(critic: ModelConfig, tokenizer: PreTrainedTokenizerBase):
     """The config the critic's backbone is built from (``workers.value``): its starting directory's, or the tiny one."""
-    if cfg.value_init_path is None:
-        return tiny_qwen2_config(cfg.value.model.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    with loading_from(cfg.value_init_path):
-        return AutoConfig.from_pretrained(cfg.value_init_path)
+    if critic.path is None:
+        return tiny_qwen2_config(critic.tiny, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    with loading_from(critic.path):
+        return AutoConfig.from_pretrained(critic.path)
 
 
 def stored_dtype(path: str | Path | None) -> str:

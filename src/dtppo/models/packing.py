@@ -1,25 +1,9 @@
-"""Sequence packing: right-padded rows ``[B, T]`` -> fewer packed rows ``[R, L]`` of whole sequences.
+"""Sequence packing: right-padded rows ``[B, T]`` -> fewer packed rows ``[R, L]`` of whole sequences, and back.
 
-Why: a right-padded batch spends forward and backward work on pad tokens, and RL batches have a wide
-length spread (a few truncated responses set ``T`` for everyone). Packing lays several sequences back to
-back in one row. Three things keep each packed sequence exactly what it was alone:
-
-- ``position_ids`` restart at 0 for every sequence, so rotary embeddings see the unpacked positions;
-- no dense mask is passed: the rows carry :class:`~dtppo.models.attention.Segments` (each sequence's tokens), and
-  dtppo's attention kernel attends causally within each sequence, a sliding-window layer within its window too,
-  in memory linear in the length (``models.attention``). A model that keeps transformers' ``sdpa`` (softcapping)
-  gets each layer's own mask built from ``position_ids`` that restart instead. A block-causal 4-D mask passed as
-  given would be applied to every layer alike and drop the windows of sliding-window layers (Gemma 2/3, Mistral
-  v0.1, Qwen2 with ``use_sliding_window``);
-- ``sequence_starts`` marks each sequence's first token: anything read one position back (log-probs from
-  the logits at t-1, V(s_t) from the value head at t-1) restarts there (see :func:`dtppo.ops.shift_right`).
-
-Rows hold at most ``capacity`` tokens (default: the batch's padded width ``T``), so a packed row costs the
-same attention work as a padded one; only the number of rows shrinks.
-
-An architecture whose attention does not follow ``position_ids`` this way would compute something else packed
-than padded; :func:`check_packing` compares the two on a probe batch of the real model when a run starts and
-refuses packing for it.
+Invariant: a packed sequence computes exactly what it computes alone. ``position_ids`` restart per sequence,
+attention follows the rows' :class:`~dtppo.models.attention.Segments` (no dense mask), and ``sequence_starts`` stops
+every one-position shift at a sequence boundary. :func:`check_packing` refuses packing for a model where packed and
+padded differ. Why, and what a block-causal mask would break: docs/design/sequences.md.
 """
 
 from __future__ import annotations

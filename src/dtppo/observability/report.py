@@ -3,7 +3,6 @@ before and after, the critic's fit, the step time), each row only where it was m
 
 from __future__ import annotations
 
-from dtppo.config import Config
 from dtppo.observability.logger import explained_var_defined, explained_var_mean, read_metrics
 
 
@@ -16,10 +15,11 @@ def table(title: str, values: dict) -> str:
     return "\n".join(lines)
 
 
-def results_table(cfg: Config, sft_results: dict, history: list[dict]) -> str:
-    """The demo's summary: accuracy before (when step 0 was validated) and after PPO and the critic's fit over
-    the run."""
-    records = read_metrics(cfg.logger.log_dir)
+def results_table(log_dir: str, sft_results: dict, history: list[dict], reward_is_the_figure: bool = False) -> str:
+    """The demo's summary from the metrics under ``log_dir``: accuracy before (when step 0 was validated) and after
+    PPO and the critic's fit over the run; the validation reward too when ``reward_is_the_figure`` (a task without
+    a verifier, whose accuracy means nothing)."""
+    records = read_metrics(log_dir)
     val = [(r["step"], r["validation/accuracy"]) for r in records if "validation/accuracy" in r]
     val_reward = [(r["step"], r["validation/reward"]) for r in records if "validation/reward" in r]
     ev = [
@@ -32,7 +32,7 @@ def results_table(cfg: Config, sft_results: dict, history: list[dict]) -> str:
         if val[0][0] == 0 and val[-1][0] > 0:
             rows["PPO gain (points)"] = 100 * (val[-1][1] - val[0][1])
         rows["best validation accuracy"] = max(a for _, a in val)
-    if cfg.reward.accuracy_from is None:  # a task without a verifier: its reward is the figure
+    if reward_is_the_figure:
         rows |= _start_and_end("validation reward", val_reward)
     if ev:
         late, constant = explained_var_mean(records, after_step=ev[-1][0] / 2)
@@ -47,7 +47,7 @@ def results_table(cfg: Config, sft_results: dict, history: list[dict]) -> str:
 
 def _start_and_end(name: str, measured: list[tuple[int, float]]) -> dict[str, float]:
     """The first and last of ``measured`` (step, value), each labelled by its step: "at start" only for a value
-    measured at step 0 (none with ``ppo.val_at_start=false``), "at end" only after it."""
+    measured at step 0 (none with ``ppo.validation.at_start=false``), "at end" only after it."""
     rows = {f"{name} at start (step 0)": measured[0][1]} if measured and measured[0][0] == 0 else {}
     if measured and measured[-1][0] > 0:
         rows[f"{name} at end (step {measured[-1][0]})"] = measured[-1][1]

@@ -42,7 +42,7 @@ class GAEEstimator:
     kl_in_reward_coef: float  # 0: no KL term in the reward
     kl_estimator: str
     vtrace_caps: tuple[float, float] | None = None
-    per_turn: bool = False  # ppo.gae_unit = turn: one GAE step per assistant turn of an episode
+    per_turn: bool = False  # ppo.gae.unit = turn: one GAE step per assistant turn of an episode
 
     def __call__(self, experience: Experience) -> Experience:
         """Needs ``rewards`` [B], ``old_values`` [B, T] (and ``old_logprobs``/``ref_logprobs`` [B, T] for the KL;
@@ -100,15 +100,15 @@ def build_estimator(cfg: Config) -> Estimator:
     ppo, loss = cfg.ppo, cfg.loss
     if not cfg.has_critic:
         return GRPOEstimator(ppo.num_generations_per_prompt)
-    kl_coef = loss.kl_coef if loss.kl_coef > 0.0 and loss.kl_in_reward else 0.0
+    kl_coef = loss.kl.coef if loss.kl.coef > 0.0 and loss.kl.in_reward else 0.0
     return GAEEstimator(
-        ppo.gamma,
-        ppo.lambda_policy,
-        ppo.lambda_value,
+        ppo.gae.gamma,
+        ppo.gae.lambda_policy,
+        ppo.gae.lambda_value,
         ppo.normalize_advantages,
-        ppo.length_adaptive_alpha,
+        ppo.gae.length_adaptive_alpha,
         kl_coef,
-        loss.kl_estimator,
-        (cfg.value.vtrace_rho_cap, cfg.value.vtrace_c_cap) if cfg.value.target_correction == "vtrace" else None,
-        per_turn=ppo.gae_unit == "turn",
+        loss.kl.estimator,
+        (cfg.value.vtrace.rho_cap, cfg.value.vtrace.c_cap) if cfg.value.target_correction == "vtrace" else None,
+        per_turn=ppo.gae.unit == "turn",
     )

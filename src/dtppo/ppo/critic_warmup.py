@@ -1,14 +1,14 @@
 """The critic's warmup: the steps at the start of a run where only the critic trains. Either a fixed number
-(``ppo.policy_training_start_step``) or until the critic has learned (``value.warmup_until_ev``): the mean of its
-explained variance on fresh rollouts over the last ``value.warmup_ev_window`` steps, capped at
-``value.warmup_max_steps`` critic-only steps."""
+(``value.warmup.steps``) or until the critic has learned (``value.warmup.until_ev``): the mean of its
+explained variance on fresh rollouts over the last ``value.warmup.ev_window`` steps, capped at
+``value.warmup.max_steps`` critic-only steps."""
 
 from __future__ import annotations
 
 import torch
 
 from dtppo.algorithms.losses import EV_MIN_RETURNS_VAR, explained_var
-from dtppo.config import Config
+from dtppo.config import WarmupConfig
 from dtppo.distributed.comm import is_main_rank
 from dtppo.ops import masked_var
 from dtppo.types import Experience
@@ -35,12 +35,11 @@ class CriticWarmup:
     """Decides, once per step and identically on every rank (the EV is computed from the batch every rank holds),
     whether the policy trains. The state (the EVs seen, the step the warmup ended) is checkpointed."""
 
-    def __init__(self, cfg: Config):
-        value = cfg.value
-        self.threshold, self.window, self.cap = value.warmup_until_ev, value.warmup_ev_window, value.warmup_max_steps
+    def __init__(self, warmup: WarmupConfig):
+        self.threshold, self.window, self.cap = warmup.until_ev, warmup.ev_window, warmup.max_steps
         self.history: list[float] = []  # the EV of each warmup step whose returns varied
         # The first step at which the policy trains: known from the start for a fixed warmup.
-        self.ended_at: int | None = None if self.threshold is not None else cfg.ppo.policy_training_start_step
+        self.ended_at: int | None = None if self.threshold is not None else warmup.steps
 
     def policy_trains(self, step: int, explained_var: float | None) -> bool:
         """Whether the policy trains at ``step`` (0-based); ``explained_var``: the critic's EV on this step's batch,
@@ -53,14 +52,14 @@ class CriticWarmup:
                 self._end(
                     step,
                     f"explained variance {window_ev:.3f} over the last {self.window} steps >= "
-                    f"value.warmup_until_ev = {self.threshold}",
+                    f"value.warmup.until_ev = {self.threshold}",
                 )
             elif step >= self.cap:
                 shown = "undefined" if window_ev is None else f"{window_ev:.3f}"
                 self._end(
                     step,
-                    f"value.warmup_max_steps = {self.cap} reached (explained variance {shown} over "
-                    f"the last {self.window} steps, value.warmup_until_ev = {self.threshold})",
+                    f"value.warmup.max_steps = {self.cap} reached (explained variance {shown} over "
+                    f"the last {self.window} steps, value.warmup.until_ev = {self.threshold})",
                 )
         return self.ended_at is not None and step >= self.ended_at
 
@@ -76,7 +75,7 @@ class CriticWarmup:
             print(f"critic warmup over after {step} critic-only step(s): {why}", flush=True)
 
     def metrics(self, step: int) -> dict[str, float]:
-        """``train/critic/warmup_steps``: critic-only steps up to ``step``; with ``value.warmup_until_ev``, the
+        """``train/critic/warmup_steps``: critic-only steps up to ``step``; with ``value.warmup.until_ev``, the
         window's mean EV once there is one (``train/critic/warmup_window_ev``)."""
         done = step + 1 if self.ended_at is None else min(step + 1, self.ended_at)
         metrics = {"train/critic/warmup_steps": float(done)}
@@ -88,7 +87,7 @@ class CriticWarmup:
         return {"history": list(self.history), "ended_at": self.ended_at}
 
     def load_state_dict(self, state: dict | None) -> None:
-        if state is None:  # a checkpoint written before value.warmup_until_ev: the fixed warmup, as built
+        if state is None:  # a checkpoint written before value.warmup.until_ev: the fixed warmup, as built
             return
         self.history = [float(x) for x in state["history"]]
         self.ended_at = None if state["ended_at"] is None else int(state["ended_at"])

@@ -98,7 +98,7 @@ def build_group_filter(cfg: Config) -> GroupFilter | None:
         sampling.criterion,
         cfg.ppo.num_generations_per_prompt,
         sampling.min_value_error,
-        cfg.ppo.gamma,
+        cfg.ppo.gae.gamma,
         cfg.ppo.num_prompts_per_step,
         sampling.max_gen_batches,
     )

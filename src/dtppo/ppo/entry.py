@@ -17,8 +17,8 @@ def ppo_rank(tree: dict, sft_results: dict) -> None:
     cfg = from_dict(tree)
     worlds = run_worlds()
     if worlds is not None and worlds.generation_rank is not None:
-        serve(cfg)
+        serve(cfg.policy, cfg.cluster, cfg.policy_init_path, cfg.ppo.seed, cfg.data.max_prompt_tokens)
         return
     history = PPOTrainer(cfg).fit()
     if is_main_rank():
-        print(results_table(cfg, sft_results, history), flush=True)
+        print(results_table(cfg.logger.log_dir, sft_results, history, cfg.reward.accuracy_from is None), flush=True)

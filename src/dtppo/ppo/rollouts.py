@@ -1,6 +1,6 @@
 """Where each step's rollouts come from, chosen once (``build_rollouts``): the policy's own ranks, right before the
 step trains on them (``LocalRollouts``), or the generation ranks, up to ``ppo.max_lag`` steps ahead
-(``RemoteRollouts``, docs/async.md).
+(``RemoteRollouts``, docs/guides/async.md).
 
 Both draw each step's prompts from the prompt loader once, in step order (``PromptQueue``), and sample step j's
 with the stream key of step j, so the tokens of a batch depend on the step and the policy's weights only. With
@@ -16,7 +16,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from dtppo.config import Config
-from dtppo.data.loader import PromptLoader, encode_prompts
+from dtppo.data.chat import encode_prompts
+from dtppo.data.loader import PromptLoader
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import broadcast_object, is_main_rank
 from dtppo.envs.interface import episode_row
@@ -186,7 +187,7 @@ class RemoteRollouts:
         self.client: GenerationClient | None = None
         if is_main_rank():  # rank 0 is always a policy rank
             self.names = weight_names(policy.worker.model)
-            self.client = connect_client(cfg)
+            self.client = connect_client(cfg.cluster)
             print(f"generation: {self.client.description}, running up to {self.lag} step(s) ahead", flush=True)
 
     def version_for(self, step: int) -> int:
@@ -231,7 +232,17 @@ class RemoteRollouts:
         on rank 0, None elsewhere."""
         if self.client is None:
             return None
-        return sample_responses(self.client, self.prompts.tokenizer, problems, self.cfg, step)
+        cfg = self.cfg
+        return sample_responses(
+            self.client,
+            self.prompts.tokenizer,
+            problems,
+            cfg.policy.generation,
+            cfg.ppo.validation,
+            cfg.data,
+            cfg.ppo.seed,
+            step,
+        )
 
     def state_dict(self) -> dict:
         """Where the next step draws its batch (``PromptQueue.state_dict``) and, on rank 0, every batch in flight

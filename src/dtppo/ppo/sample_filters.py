@@ -2,9 +2,10 @@
 
 Two sample filters, applied after the reward (whose failed chunks already left training, ``sample_mask``): DAPO's
 overlong filtering (Yu et al. 2025, §3.4: truncated samples leave training, ``ppo.overlong_filtering``) and the
-mismatch mask (samples whose generator and trainer probabilities disagree, ``ppo.seq_logprob_error_threshold``);
-then truncated importance weights for the tokens that train (``loss.rollout_is``). DAPO's overlong shaping, a
-reward term, is computed here too, the one place truncation is judged.
+mismatch mask (samples whose generator and trainer probabilities disagree,
+``loss.rollout_correction.seq_logprob_error_threshold``); then truncated importance weights for the tokens that
+train (``loss.rollout_correction.importance_sampling``). DAPO's overlong shaping, a reward term, is computed here
+too, the one place truncation is judged.
 """
 
 from __future__ import annotations
@@ -29,19 +30,19 @@ def overlong_penalties(experience: Experience, cfg: Config) -> torch.Tensor:
 
 def filter_samples(experience: Experience, cfg: Config) -> Experience:
     """The step's rows with the samples that leave training marked in ``sample_mask`` (besides those whose reward
-    failed) and, with ``loss.rollout_is``, the trained tokens' importance weights (``is_weights``). Raises
-    RunStopped when no sample is left."""
+    failed) and, with ``loss.rollout_correction.importance_sampling``, the trained tokens' importance weights
+    (``is_weights``). Raises RunStopped when no sample is left."""
     if cfg.ppo.overlong_filtering:
         experience = drop_truncated(experience)
-    if cfg.ppo.seq_logprob_error_threshold is not None:
-        experience = drop_mismatched(experience, cfg.ppo.seq_logprob_error_threshold)
-    if cfg.loss.rollout_is is not None:
+    if cfg.loss.rollout_correction.seq_logprob_error_threshold is not None:
+        experience = drop_mismatched(experience, cfg.loss.rollout_correction.seq_logprob_error_threshold)
+    if cfg.loss.rollout_correction.importance_sampling is not None:
         weights = rollout_is_weights(
             experience.old_logprobs,
             experience.gen_logprobs,
             experience.train_mask,
-            cfg.loss.rollout_is,
-            cfg.loss.rollout_is_cap,
+            cfg.loss.rollout_correction.importance_sampling,
+            cfg.loss.rollout_correction.importance_sampling_cap,
         )
         experience = experience.replace(is_weights=weights)
     return experience
@@ -69,7 +70,8 @@ def drop_mismatched(experience: Experience, threshold: float) -> Experience:
     experience = experience.replace(sample_mask=kept)
     if not experience.sample_mask.any():
         raise RunStopped(
-            f"every sample's probability error exceeds ppo.seq_logprob_error_threshold = {threshold} "
+            "every sample's probability error exceeds "
+            f"loss.rollout_correction.seq_logprob_error_threshold = {threshold} "
             f"(smallest {float(error.min()):.4g}): the generator's log-probs do not match the policy's "
             f"(stale or wrong weights in the generator?); nothing is left to train on"
         )

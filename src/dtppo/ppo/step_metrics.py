@@ -1,4 +1,4 @@
-"""A PPO step's metrics (docs/metrics.md), assembled once its phases have run: the samples, the mismatch between
+"""A PPO step's metrics (docs/guides/metrics.md), assembled once its phases have run: the samples, the mismatch between
 generator and trainer, the advantages, the staleness, the episodes, the critic's fit and updates, the policy's
 updates, and the phases' timings. Values stay tensors until the trainer's one ``to_floats`` per step."""
 
@@ -71,7 +71,7 @@ def rollout_metrics(cfg: Config, experience: Experience, scored: torch.Tensor | 
 def _filter_metrics(cfg: Config, experience: Experience, seq_error: torch.Tensor) -> dict[str, torch.Tensor]:
     """The sample filters' and the reference's figures, each where its option is on. seq_error: [B]."""
     metrics = {}
-    threshold = cfg.ppo.seq_logprob_error_threshold
+    threshold = cfg.loss.rollout_correction.seq_logprob_error_threshold
     if threshold is not None:
         metrics["train/num_masked_seqs_by_logprob_error"] = (mismatch_sample_mask(seq_error, threshold) == 0).sum()
     if cfg.ppo.overlong_filtering:
@@ -81,10 +81,12 @@ def _filter_metrics(cfg: Config, experience: Experience, seq_error: torch.Tensor
         metrics["train/overlong/shaped_samples"] = (penalty < 0).sum()
         metrics["train/overlong/penalty_mean"] = penalty.mean()
     if experience.is_weights is not None:
-        stats = rollout_is_stats(experience.is_weights, experience.train_mask, cfg.loss.rollout_is_cap)
+        stats = rollout_is_stats(
+            experience.is_weights, experience.train_mask, cfg.loss.rollout_correction.importance_sampling_cap
+        )
         metrics |= {f"train/rollout_is/{name}": value for name, value in stats.items()}
     if experience.ref_logprobs is not None:
-        kl = kl_estimate(cfg.loss.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
+        kl = kl_estimate(cfg.loss.kl.estimator, experience.old_logprobs, experience.ref_logprobs)
         metrics["train/kl_penalty"] = masked_mean(kl, experience.response_mask)
     return metrics
 
@@ -111,7 +113,7 @@ def critic_metrics(
         **fit,
         # against what the responses actually got, whatever the targets (V-trace's bootstrap toward V)
         "explained_var_outcome": explained_var(
-            outcome_returns(experience.rewards, mask, cfg.ppo.gamma), experience.old_values, mask
+            outcome_returns(experience.rewards, mask, cfg.ppo.gae.gamma), experience.old_values, mask
         ),
         **mean_over(critic_runs),
     }

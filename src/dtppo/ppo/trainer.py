@@ -1,4 +1,4 @@
-"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (docs/design.md, "Data flow")."""
+"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (docs/design/architecture.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class PPOTrainer:
         )
         self.estimate = build_estimator(cfg)
         self.group_filter = build_group_filter(cfg)  # None: every prompt group trains
-        self.warmup = CriticWarmup(cfg)
+        self.warmup = CriticWarmup(cfg.value.warmup)
         self.value: ValueRole | None = None
         if cfg.has_critic:
             self.value = ValueRole(
@@ -76,8 +76,12 @@ class PPOTrainer:
                 value_layout.ranks,
                 cluster.colocated,
             )
-        train_source, self.validation_problems = build_sources(cfg, tokenizer=self.tokenizer)
-        check_reward_arguments(cfg, [train_source[0]])  # needs a row: not preflight's, which reads no data
+        train_source, self.validation_problems = build_sources(
+            cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=self.tokenizer
+        )
+        check_reward_arguments(
+            cfg.reward.functions, [train_source[0]]
+        )  # needs a row: not preflight's, which reads no data
         self.rollouts = build_rollouts(cfg, self.policy, self.tokenizer, PromptLoader(train_source, cfg.ppo.seed))
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.
@@ -88,7 +92,7 @@ class PPOTrainer:
         )
         # What every checkpoint carries besides weights (configs, tokenizer): written by rank 0, a policy rank.
         self.model_files = (
-            describe_models(cfg, self.policy.worker.model, self.tokenizer)
+            describe_models(self.policy.worker.model, self.tokenizer, cfg.policy_init_path, cfg.critic_model)
             if is_main_rank() and cfg.checkpointing.enabled
             else None
         )
@@ -127,7 +131,7 @@ class PPOTrainer:
 
         with timer("policy_logprobs"), self.policy.inference():
             experience = experience.replace(old_logprobs=self.policy.get_logprobs(experience))
-            if cfg.loss.kl_coef > 0.0:
+            if cfg.loss.kl.coef > 0.0:
                 experience = experience.replace(ref_logprobs=self.policy.get_reference_logprobs(experience))
 
         with timer("rollout_correction"):  # overlong filtering, the mismatch mask, rollout-IS weights
@@ -269,12 +273,12 @@ class PPOTrainer:
         )
         history, finished = [], False
         try:
-            if self.steps_done == 0 and cfg.ppo.val_at_start:
+            if self.steps_done == 0 and cfg.ppo.validation.at_start:
                 logger.log(0, self.validate())
             while self.steps_done < cfg.ppo.max_num_steps:
                 metrics = self.step()
                 last = self.steps_done == cfg.ppo.max_num_steps
-                if self.steps_done % cfg.ppo.val_period == 0 or last:
+                if self.steps_done % cfg.ppo.validation.period == 0 or last:
                     metrics |= self.validate()
                 logger.log(self.steps_done, metrics)
                 history.append(metrics)

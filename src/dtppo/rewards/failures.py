@@ -1,5 +1,5 @@
-"""Chunks that could not be scored, and when a run whose rewards keep failing stops (docs/reliability.md, "User code
-that fails badly").
+"""Chunks that could not be scored, and when a run whose rewards keep failing stops (docs/guides/reliability.md,
+"User code that fails badly").
 
 A chunk fails when its scoring process died under it (twice: ``crashed``, with the exit code or signal), it was not
 scored within ``reward.timeout_s`` (``timed_out``), a function raised on it (``raised``) or ran past

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dtppo.config import Config, RewardConfig
+from dtppo.config import RewardConfig
 from dtppo.config.reward_spec import BUILTINS, FAILED_SAMPLES_NAME, FAILURE_KINDS, MODEL_NAME, parse_spec
-from dtppo.data.loader import conversation
+from dtppo.data.chat import conversation
 from dtppo.data.problem import Problem
 from dtppo.rewards.failures import ChunkFailure, FailureBudget
 from dtppo.rewards.functions import Scores, check_arguments, load_functions
@@ -71,10 +71,11 @@ def reward_columns(problems: list[Problem]) -> dict[str, list]:
     return columns
 
 
-def check_reward_arguments(cfg: Config, problems: list[Problem]) -> None:
-    """Each reward function requires only arguments the rows give it (``functions.check_arguments``)."""
+def check_reward_arguments(functions: tuple[str, ...], problems: list[Problem]) -> None:
+    """Each reward function (``reward.functions``) requires only arguments the rows give it
+    (``functions.check_arguments``)."""
     available = list(reward_columns(problems[:1]))
-    for spec, fn in load_functions(cfg.reward.functions):
+    for spec, fn in load_functions(functions):
         check_arguments(spec, fn, available)
 
 

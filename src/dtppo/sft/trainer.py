@@ -4,11 +4,11 @@ solution (GSM8K's answer, MATH's solution, tiny_math's), or a custom task's ``da
 SFT trains where the policy does: on the policy's ranks and device, laid out by ``policy.parallel`` (FSDP2, tensor
 parallel), each rank on its share of every batch. Loss is the token-mean NLL of the target and EOS (prompt tokens
 are not trained). An optional short "careless" stage afterwards mixes in bare wrong ``#### N`` answers: a planted
-flaw that the tiny demo's PPO run must then remove (docs/learning.md, "The demo").
+flaw that the tiny demo's PPO run must then remove (docs/guides/learning.md, "The demo").
 
 The main stage can validate as it goes and stop at its plateau (``sft.val_period``, ``sft.patience``), so a recipe
 trains its model to the same place on any CPU's kernels instead of stopping mid-climb, where small numeric
-differences decide how far it got (docs/experiments/2026-12-01-critic-alignment-sft-models.md).
+differences decide how far it got (docs/measurements/2026-12-01-critic-alignment-sft-models.md).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dtppo.config import TASK_VERIFIERS, Config, OptimizerConfig, SchedulerConfig
 from dtppo.config import from_dict as config_from_dict
-from dtppo.data.chat import ChatFormat
-from dtppo.data.loader import PromptLoader, build_sources, encode_prompts
+from dtppo.data.chat import ChatFormat, encode_prompts
+from dtppo.data.loader import PromptLoader, build_sources
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import barrier, broadcast_object, is_main_rank
 from dtppo.distributed.context import ContextShards
@@ -161,7 +161,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
         enabled=is_main_rank(),
     )
     start = time.perf_counter()
-    source, validation = build_sources(cfg, tokenizer=tokenizer)
+    source, validation = build_sources(cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer)
     generator: Generator = TorchGenerator(
         whole, stop_token_ids(whole, tokenizer), tokenizer.pad_token_id, cfg.policy.generation.decoder
     )
@@ -222,7 +222,12 @@ class SFTRun:
         results["sft/steps"] = float(step)
         careless = sft.careless_stage
         if careless.num_steps > 0:
-            careless_source, _ = build_sources(self.cfg, careless_fraction=careless.careless_fraction)
+            careless_source, _ = build_sources(
+                self.cfg.data,
+                self.cfg.ppo.seed,
+                self.cfg.ppo.validation.max_samples,
+                careless_fraction=careless.careless_fraction,
+            )
             updater = self.updater(
                 dataclasses.replace(sft.optimizer, lr=careless.lr), SchedulerConfig(total_steps=careless.num_steps)
             )
@@ -292,12 +297,12 @@ class SFTRun:
     @torch.no_grad()
     def target_loss(self) -> float:
         """Token-mean NLL of the validation rows' targets (and EOS) under the whole model, in batches of
-        ``ppo.val_batch_size``."""
+        ``ppo.validation.batch_size``."""
         total, tokens = 0.0, 0.0
         device = next(self.whole.parameters()).device
         self.whole.eval()
-        for start in range(0, len(self.validation), self.cfg.ppo.val_batch_size):
-            problems = self.validation[start : start + self.cfg.ppo.val_batch_size]
+        for start in range(0, len(self.validation), self.cfg.ppo.validation.batch_size):
+            problems = self.validation[start : start + self.cfg.ppo.validation.batch_size]
             rows = sft_batch(self.tokenizer, problems, self.cfg, self.env).to(device)
             logits = self.whole(input_ids=rows.input_ids, attention_mask=needed_mask(rows.attention_mask)).logits
             logprobs = logprobs_from_logits(logits.float(), rows.input_ids)
@@ -312,7 +317,9 @@ def verifier_accuracy(
     """The mean score of the task's verifier over the generator's answers to ``problems`` (``policy.generation``'s
     validation sampling), scored in this process: SFT's tasks all have a verifier."""
     generator.prepare()
-    responses = sample_responses(generator, tokenizer, problems, cfg, step)
+    responses = sample_responses(
+        generator, tokenizer, problems, cfg.policy.generation, cfg.ppo.validation, cfg.data, cfg.ppo.seed, step
+    )
     generator.finish()
     name = TASK_VERIFIERS[cfg.data.task]
     scores = reward_function(name)(

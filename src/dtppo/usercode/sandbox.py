@@ -1,5 +1,5 @@
 """Bounds on the user's code in the processes that run it: scoring processes, environment processes and Ray scoring
-actors (docs/reliability.md, "User code that fails badly").
+actors (docs/guides/reliability.md, "User code that fails badly").
 
 - memory: ``RLIMIT_DATA`` (Linux counts the heap and every private writable mapping in it) set to what the process
   holds once started plus the configured headroom, so a runaway allocation fails inside that process

@@ -9,6 +9,7 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.algorithms.losses import policy_loss
 from dtppo.config import Config
+from dtppo.data.chat import ChatFormat
 from dtppo.distributed.comm import is_main_rank
 from dtppo.faults import gen_logprob_error
 from dtppo.generation.episodes import with_episodes
@@ -37,7 +38,7 @@ class PolicyWorker(Worker):
         self.tokenizer = tokenizer
         self.temperature = cfg.policy.generation.temperature
         self.layout = layout or RankLayout(cfg.policy.parallel)
-        full = build_policy(cfg, tokenizer)
+        full = build_policy(cfg.policy_init_path, cfg.policy.model.tiny, cfg.ppo.seed, tokenizer)
         self._check_context("policy", full.config)
         # Copies are taken on the CPU, before the policy is wrapped: one device copy each.
         section = cfg.policy
@@ -60,11 +61,11 @@ class PolicyWorker(Worker):
                 device=self.layout.device,
                 replica=self.layout.replica if self.layout.sharded else None,
             )
-            self.generator = with_episodes(generator, cfg, tokenizer)
+            self.generator = with_episodes(generator, cfg.env, ChatFormat.of(cfg.data), tokenizer)
             if is_main_rank():
                 print(f"generation: {self.generator.describe()}", flush=True)
         self.reference = None
-        if cfg.loss.kl_coef > 0.0 and not section.lora.enabled:
+        if cfg.loss.kl.coef > 0.0 and not section.lora.enabled:
             # Offloaded with the policy when it is: a frozen model's parameters are all the memory it has.
             self.reference = self.layout.wrap(
                 copy.deepcopy(full).eval().requires_grad_(False), cpu_offload=section.cpu_offload
@@ -114,7 +115,7 @@ class PolicyWorker(Worker):
     @torch.no_grad()
     def get_reference_logprobs(self, experience: Experience) -> torch.Tensor:
         """Log-probs of the frozen reference policy (with LoRA: the policy, adapters off). Returns [B, T] float32."""
-        assert self.cfg.loss.kl_coef > 0.0, "reference log-probs need loss.kl_coef > 0"
+        assert self.cfg.loss.kl.coef > 0.0, "reference log-probs need loss.kl.coef > 0"
         if self.cfg.policy.lora.enabled:
             with adapters_disabled(self.model):
                 return self._logprobs(self.model, experience)
@@ -167,8 +168,8 @@ class PolicyWorker(Worker):
             loss_cfg.ratio_clip_high,
             loss_cfg.ratio_clip_c,
             micro.ref_logprobs,
-            0.0 if loss_cfg.kl_in_reward else loss_cfg.kl_coef,
-            loss_cfg.kl_estimator,
+            0.0 if loss_cfg.kl.in_reward else loss_cfg.kl.coef,
+            loss_cfg.kl.estimator,
             gen_logprobs=micro.gen_logprobs,
             is_weights=micro.is_weights,
             weights=micro.loss_weights,

@@ -123,7 +123,18 @@ class PolicyRole(Role[PolicyWorker]):
             index, count = self.ranks.index(rank()), len(self.ranks)
             start, stop = len(problems) * index // count, len(problems) * (index + 1) // count
             p = self.worker
-            share = sample_responses(p.generator, p.tokenizer, problems[start:stop], p.cfg, step, first_index=start)
+            cfg, shared = p.cfg, problems[start:stop]
+            share = sample_responses(
+                p.generator,
+                p.tokenizer,
+                shared,
+                cfg.policy.generation,
+                cfg.ppo.validation,
+                cfg.data,
+                cfg.ppo.seed,
+                step,
+                first_index=start,
+            )
         shares = [s for s in all_gather_object(share) if s is not None]
         return Responses([t for s in shares for t in s.texts], [n for s in shares for n in s.lengths])
 

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
 
 from dtppo.algorithms.aggregation import loss_token_weights
 from dtppo.config import OptimizerConfig, SchedulerConfig
@@ -58,6 +59,41 @@ def split_to(groups: list[torch.Tensor], lengths: torch.Tensor, count: int) -> l
         half = (len(rows) + 1) // 2
         groups[cut:cut] = [rows[:half], rows[half:]]
     return groups
+
+
+class NonFiniteSteps:
+    """The skipped-step counts, kept as device tensors so that counting a step never waits for the device: the
+    host reads them once per pass (``check``), with the pass's metrics."""
+
+    def __init__(self, device: torch.device, skipped: int = 0, streak: int = 0):
+        self.skipped = torch.tensor(skipped, device=device)
+        self.streak = torch.tensor(streak, device=device)
+        self.longest = self.streak.clone()  # the longest streak since the last check that passed
+
+    def record(self, finite: torch.Tensor) -> None:
+        """finite: [] bool, whether this optimizer step was applied."""
+        bad = (~finite).long()
+        self.skipped += bad
+        self.streak = (self.streak + bad) * bad
+        self.longest = torch.maximum(self.longest, self.streak)
+
+    def check(self, limit: int, name: str) -> None:
+        """Raise NonFiniteError when a streak reached ``limit`` (0: never)."""
+        longest = int(self.longest)
+        if limit and longest >= limit:
+            raise NonFiniteError(
+                f"{name}: {longest} consecutive optimizer steps had a non-finite loss or gradient (limit "
+                f"ppo.max_consecutive_nonfinite_steps = {limit}); stopping, the last checkpoint is unaffected"
+            )
+        self.longest = self.streak.clone()
+
+
+def fused_step(device: torch.device, params: list[torch.Tensor]) -> bool:
+    """Whether the optimizer steps with the fused AdamW: on an accelerator, over plain tensors or DTensors on one
+    device mesh (what one fused kernel can take)."""
+    meshes = {p.device_mesh for p in params if isinstance(p, DTensor)}
+    one_mesh = not meshes or (len(meshes) == 1 and all(isinstance(p, DTensor) for p in params))
+    return device.type != "cpu" and one_mesh
 
 
 def lr_lambda(cfg: SchedulerConfig) -> Callable[[int], float]:
@@ -111,44 +147,53 @@ class Updater:
         self.model_group = model_group  # every rank holding the model: the gradient norm's one all-reduce
         # Only what trains: with LoRA the frozen base has no optimizer state, gradient or share in the norm.
         self.params = [p for p in model.parameters() if p.requires_grad]
+        # On an accelerator the fused AdamW reads the step's finite flag on the device (GradScaler's ``found_inf``):
+        # no host sync per step. It runs one multi-tensor kernel, so only over parameters on a single mesh; on the
+        # CPU the flag is in host memory already and the unfused AdamW keeps its numerics.
+        self.fused = fused_step(device, self.params)
         self.optimizer = torch.optim.AdamW(
             self.params,
             lr=optim.lr,
             betas=optim.betas,
             eps=optim.eps,
             weight_decay=optim.weight_decay,
-            foreach=None if dp_group is None else False,  # params may live on different meshes
+            foreach=None if dp_group is None or self.fused else False,  # params may live on different meshes
+            fused=self.fused or None,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(schedule))
         self.tied = tied_names(model)
-        self.skipped_steps = 0
-        self.consecutive_nonfinite = 0
+        self.nonfinite = NonFiniteSteps(device)
         self.train_calls = 0  # names profile files
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a non-finite loss or gradient so far."""
+        return int(self.nonfinite.skipped)
+
+    @property
+    def consecutive_nonfinite(self) -> int:
+        """The current streak of skipped steps."""
+        return int(self.nonfinite.streak)
 
     def optimizer_step(self, loss: torch.Tensor | None = None) -> torch.Tensor:
         """Clip, then step unless the gradient norm or the minibatch ``loss`` is non-finite.
 
-        A skipped step is counted in ``skipped_steps``. ``max_consecutive_nonfinite`` skips in a row raise
-        NonFiniteError: one bad batch is noise, a streak means the weights or the data are broken and more
-        steps only burn compute. The decision is the same on every rank: the norm and the loss are global.
+        A skipped step leaves parameters and optimizer state as they were and is counted (``skipped_steps``);
+        ``max_consecutive_nonfinite`` skips in a row raise NonFiniteError at the end of the pass (``train``): one
+        bad batch is noise, a streak means the weights or the data are broken and more steps only burn compute.
+        The decision is the same on every rank: the norm and the loss are global.
         """
         grad_norm = clip_grad_norm_(self.params, self.max_grad_norm, self.model_group)
         finite = torch.isfinite(grad_norm) if loss is None else torch.isfinite(grad_norm) & torch.isfinite(loss)
-        if bool(finite):
+        if self.fused:
+            self.optimizer.found_inf = (~finite).float()  # the fused kernel skips the update and the step count
             self.optimizer.step()
-            self.consecutive_nonfinite = 0
-        else:
-            self.skipped_steps += 1
-            self.consecutive_nonfinite += 1
+            del self.optimizer.found_inf
+        elif bool(finite):  # host memory: no device to wait for
+            self.optimizer.step()
+        self.nonfinite.record(finite)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        limit = self.max_consecutive_nonfinite
-        if limit and self.consecutive_nonfinite >= limit:
-            raise NonFiniteError(
-                f"{self.name}: {self.consecutive_nonfinite} consecutive optimizer steps had a non-finite loss or "
-                f"gradient (limit ppo.max_consecutive_nonfinite_steps = {limit}); stopping, the last checkpoint "
-                f"is unaffected"
-            )
         return grad_norm.detach()
 
     def train(
@@ -207,6 +252,7 @@ class Updater:
                     stats.append(micro_stats)
             losses.append(all_reduce(loss_total, "sum", self.dp_group))
             norms.append(self.optimizer_step(losses[-1]))
+        self.nonfinite.check(self.max_consecutive_nonfinite, self.name)
         all_tokens = experience.train_mask.sum().to(self.device)
         metrics = {
             "loss": torch.stack(losses).mean(),
@@ -238,5 +284,6 @@ class Updater:
 
     def load_extra_state(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
-        self.skipped_steps = int(state["skipped_steps"])
-        self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+        self.nonfinite = NonFiniteSteps(
+            self.device, int(state["skipped_steps"]), int(state.get("consecutive_nonfinite", 0))
+        )

@@ -63,14 +63,14 @@ def _checkpoint(tmp_path: Path, *overrides: str):
     cfg = tiny_config(
         "ppo.init_from_sft=false", f"policy.model.path={policy_dir}", f"value.model.path={critic_dir}", *overrides
     )
-    policy = build_policy(cfg, tok)
+    policy = build_policy(cfg.policy_init_path, cfg.policy.model.tiny, cfg.ppo.seed, tok)
     critic = ValueModel(build_backbone(cfg.value_init_path, None, seed=3), seed=3, init_std=0.5)
     assert policy.dtype == critic.backbone.dtype == torch.float32
     state = {
         "policy": {"model": untied(policy.state_dict(), tied_names(policy))},
         "value": {"model": critic.state_dict()},
     }
-    hf_files = describe_models(cfg, policy, tok)
+    hf_files = describe_models(policy, tok, cfg.policy_init_path, cfg.critic_model)
     checkpoint.save(tmp_path / "ckpt", 2, state, {}, cfg.to_dict(), keep_last=1, hf_files=hf_files)
     return tmp_path / "ckpt", policy, critic
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dtppo.checkpoint.warm_start import load_warm_start
-from dtppo.config import TinyModelConfig
+from dtppo.config import ConfigError, TinyModelConfig, from_dict
 from dtppo.errors import InputError
 from dtppo.models.causal_lm import tiny_qwen2_config
 from dtppo.models.value import ValueModel, build_backbone
@@ -57,3 +57,9 @@ def test_unreadable_sources_are_refused(tmp_path):
         load_warm_start(_critic(seed=0), str(tmp_path / "pickled"))
     with pytest.raises(InputError, match="no such checkpoint or critic directory"):
         load_warm_start(_critic(seed=0), str(tmp_path / "absent"))
+
+
+def test_a_warm_start_without_a_critic_is_refused_naming_the_key():
+    tree = {"ppo": {"advantage_estimator": "grpo", "num_generations_per_prompt": 2}, "value": {"warm_start": "x"}}
+    with pytest.raises(ConfigError, match=r"value\.warm_start"):
+        from_dict(tree)

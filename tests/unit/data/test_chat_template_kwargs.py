@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dtppo.config import ConfigError, from_dict
-from dtppo.data.loader import encode_prompts
+from dtppo.data.chat import ChatFormat, encode_prompts
 from dtppo.data.problem import Problem
 from dtppo.generation.episodes import with_episodes
 from dtppo.generation.responses import sample_responses
@@ -83,11 +83,11 @@ def test_the_variables_reach_prompts_validation_sft_rows_and_episodes(thinking):
     prompts = [tok.decode(p) for p in encode_prompts(tok, PROBLEMS, cfg.data)]
     assert all(p.endswith("<|im_start|>assistant\n" + EMPTY_THINK * closed) for p in prompts)
     validation = Recording(tok)
-    sample_responses(validation, tok, PROBLEMS, cfg, step=0)
+    sample_responses(validation, tok, PROBLEMS, cfg.policy.generation, cfg.ppo.validation, cfg.data, 0, step=0)
     assert validation.prompts == prompts
     rows = sft_batch(tok, PROBLEMS, tiny_config(*([NO_THINKING] if closed else [])))
     assert tok.decode(rows.input_ids[0]).startswith(prompts[0] + "#### 5<|im_end|>")
-    episodes = with_episodes(Recording(tok), cfg, tok)
+    episodes = with_episodes(Recording(tok), cfg.env, ChatFormat.of(cfg.data), tok)
     row = episodes.sample(SampleRequest([tok(prompts[0])["input_ids"]], SamplingParams(8), 0, torch.arange(1), [{}]))
     text = tok.decode(row.input_ids[0, : int(row.attention_mask[0].sum())])
     after = "<|im_start|>assistant\n" + EMPTY_THINK * closed + "A<|im_end|>"

@@ -26,7 +26,7 @@ from dtppo.generation.generator import TorchGenerator, resolve_decoder
 from dtppo.models.attention import KERNEL
 from dtppo.ops import logprobs_from_logits
 from dtppo.types import SampleRequest, SamplingParams
-from tests.unit.generation.test_decode_graph import _same_or_a_tie
+from tests.unit.generation.test_generator_decode_graph import _same_or_a_tie
 from tests.unit.models.test_attention import _LargestTensor
 
 PAD, NEW_TOKENS = 0, 12
@@ -245,7 +245,7 @@ def test_the_choice_is_made_on_a_meta_device_model():
 def test_compiled_decode_of_gemma3_matches_eager(tmp_path, monkeypatch):
     """``decode_graph`` on Gemma 3 (the family that uses every new path: two windows' masks, two RoPE kinds,
     q/k and (1 + w) norms, scaled embeddings, GELU-tanh, softcapping): the eager static decoder's tokens and
-    log-probs, sampled and greedy, up to a near-tie that only rounding decides (test_decode_graph.py)."""
+    log-probs, sampled and greedy, up to a near-tie that only rounding decides (test_generator_decode_graph.py)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # this process's kernel set
     torch._dynamo.reset()
     model = _model("gemma3")

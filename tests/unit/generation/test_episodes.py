@@ -1,6 +1,7 @@
-"""Multi-turn episodes: the rows and masks of an episode, reward placement, GAE over action tokens only (per token
-and per turn) against float64 loops, observation tokens out of every loss (poison there changes nothing), the
-critic's V(s_t) after an observation, and the episode loop on a scripted generator and environment."""
+"""The episode loop (``dtppo.generation.episodes``) on a scripted generator and environment: turns cut at stop strings,
+observations appended, each way an episode ends, the token budget, independence of the batch, the episode config
+keys and the ablation hook that marks observations as actions. The rows of an episode: tests/unit/test_types.py; GAE
+over them: tests/unit/algorithms/test_advantages_turns.py; the losses: tests/unit/workers/test_policy_episodes.py."""
 
 import dataclasses
 import math
@@ -8,190 +9,19 @@ import math
 import pytest
 import torch
 
-from dtppo.algorithms.advantages import compute_gae, compute_turn_gae, token_level_rewards, turn_starts
 from dtppo.config import EnvConfig, from_dict
 from dtppo.data.chat import ChatFormat
 from dtppo.envs.client import EnvClient
-from dtppo.envs.observations import observation_tokens
 from dtppo.generation.episodes import EpisodeGenerator, stop_string_cut
 from dtppo.generation.responses import decode_responses
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.ppo.advantage_estimator import build_estimator
 from dtppo.ppo.step_metrics import episode_metrics
-from dtppo.types import (
-    EPISODE_ENDS,
-    Experience,
-    SampleRequest,
-    SamplingParams,
-    Segment,
-    build_episode_rows,
-    build_response_mask,
-)
+from dtppo.types import EPISODE_ENDS, SampleRequest, SamplingParams, Segment, build_episode_rows
 from tests.support.recipes import REPO
 
-POISON = 1.0e6
 TOK = build_char_tokenizer()
 EOS = TOK.eos_token_id
 SCRIPTED = f"{REPO / 'tests' / 'support' / 'scripted_env.py'}:Scripted"
-
-
-def _hand_episode() -> Experience:
-    """Row 0: prompt [5, 6], action 1 [7, 8] (reward 0.5), observation [9, 9, 9], action 2 [10, 11, 12] (reward
-    -1). Row 1: prompt [5], one action [13, 14]."""
-    episodes = [
-        [Segment([7, 8], 1, [-0.1, -0.2], 0.5), Segment([9, 9, 9], 1), Segment([10, 11, 12], 2, [-0.3] * 3, -1.0)],
-        [Segment([13, 14], 1, [-0.4, -0.5])],
-    ]
-    return build_episode_rows([[5, 6], [5]], episodes, [0, 3], pad_id=0)
-
-
-def test_episode_rows_masks_turns_and_rewards_by_hand():
-    e = _hand_episode()
-    assert e.input_ids.tolist() == [[5, 6, 7, 8, 9, 9, 9, 10, 11, 12], [5, 13, 14, 0, 0, 0, 0, 0, 0, 0]]
-    assert e.attention_mask.tolist() == [[1] * 10, [1, 1, 1] + [0] * 7]
-    assert e.response_mask.tolist() == [[0, 0, 1, 1, 0, 0, 0, 1, 1, 1], [0, 1, 1] + [0] * 7]
-    assert e.turn_ids.tolist() == [[0, 0, 1, 1, 1, 1, 1, 2, 2, 2], [0, 1, 1] + [0] * 7]
-    assert e.turn_rewards.tolist() == [[0, 0, 0, 0.5, 0, 0, 0, 0, 0, -1.0], [0.0] * 10]
-    assert torch.allclose(e.gen_logprobs[0, 7:], torch.tensor([-0.3] * 3))
-    assert e.gen_logprobs[0, 4:7].abs().sum() == 0
-    assert e.truncated.tolist() == [False, True]
-    assert e.episode_end.tolist() == [0, 3]
-
-
-def test_one_turn_episode_rows_are_the_single_turn_rows():
-    prompts, responses = [[4, 5, 6], [7]], [[8, 9], [10, 11, 12, EOS]]
-    e = build_episode_rows(prompts, [[Segment(r, 1, [0.0] * len(r))] for r in responses], [0, 0], pad_id=0)
-    expected = build_response_mask(torch.tensor([3, 1]), torch.tensor([2, 4]), 5)
-    assert torch.equal(e.response_mask, expected)
-    assert e.turn_rewards.abs().sum() == 0
-
-
-def test_the_final_answer_is_the_last_turn_and_rewards_sum_per_episode():
-    tok_ids = lambda s: TOK(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    calc, obs, answer = tok_ids("<calc>2*3</calc>"), tok_ids("<result>6</result>"), tok_ids("#### 6")
-    segments = [Segment(calc, 1, [0.0] * len(calc), 0.25), Segment(obs, 1), Segment(answer, 2, [0.0] * len(answer))]
-    e = build_episode_rows([tok_ids("Q")], [segments], [0], pad_id=0)
-    assert decode_responses(TOK, e) == ["#### 6"]
-    e = e.replace(rewards=torch.tensor([1.0]))
-    assert e.episode_returns.tolist() == [1.25]
-
-
-def _gae_loop(rewards, values, mask, gamma, lam):
-    """float64 GAE over the valid tokens of each row only (observations skipped), as a list walk."""
-    adv = torch.zeros_like(rewards, dtype=torch.float64)
-    for b in range(rewards.shape[0]):
-        idx = [t for t in range(rewards.shape[1]) if mask[b, t]]
-        running, next_v = 0.0, 0.0
-        for k in reversed(range(len(idx))):
-            t = idx[k]
-            last = k == len(idx) - 1
-            delta = float(rewards[b, t]) + (0.0 if last else gamma * next_v) - float(values[b, t])
-            running = delta + (0.0 if last else gamma * lam * running)
-            adv[b, t], next_v = running, float(values[b, t])
-    return adv
-
-
-def test_gae_runs_over_action_tokens_only_and_observation_poison_changes_nothing():
-    e = _hand_episode()
-    torch.manual_seed(0)
-    values = torch.randn(e.input_ids.shape)
-    token_rewards = token_level_rewards(torch.tensor([1.0, -0.5]), e.response_mask) + e.turn_rewards
-    adv, ret = compute_gae(token_rewards, values, e.response_mask, 0.9, 0.8)
-    ref = _gae_loop(token_rewards.double(), values.double(), e.response_mask.bool(), 0.9, 0.8)
-    assert torch.allclose(adv.double(), ref, atol=1e-6)
-    assert torch.equal(ret, torch.where(e.response_mask.bool(), adv + values, 0.0))
-    observation = e.attention_mask.bool() & (e.turn_ids > 0) & ~e.response_mask.bool()
-    poisoned = compute_gae(
-        torch.where(observation, POISON, token_rewards),
-        torch.where(observation, POISON, values),
-        e.response_mask,
-        0.9,
-        0.8,
-    )
-    assert torch.equal(poisoned[0], adv) and torch.equal(poisoned[1], ret)
-    # Negative control: the same poison on an action token does change the advantages.
-    action_poisoned = compute_gae(
-        token_rewards,
-        values.index_put((torch.tensor([0]), torch.tensor([7])), torch.tensor(POISON)),
-        e.response_mask,
-        0.9,
-        0.8,
-    )
-    assert not torch.equal(action_poisoned[0], adv)
-
-
-def _turn_gae_loop(e: Experience, token_rewards, values, gamma, lam):
-    """float64: one GAE step per turn (value at its first action token, its tokens' rewards summed)."""
-    adv = torch.zeros(e.input_ids.shape, dtype=torch.float64)
-    ret = torch.zeros_like(adv)
-    for b in range(e.batch_size):
-        turns = sorted({int(t) for t, m in zip(e.turn_ids[b], e.response_mask[b]) if m})
-        tokens = {
-            k: [t for t in range(e.input_ids.shape[1]) if e.response_mask[b, t] and e.turn_ids[b, t] == k]
-            for k in turns
-        }
-        v = {k: float(values[b, tokens[k][0]]) for k in turns}
-        r = {k: sum(float(token_rewards[b, t]) for t in tokens[k]) for k in turns}
-        running = 0.0
-        for i in reversed(range(len(turns))):
-            k = turns[i]
-            last = i == len(turns) - 1
-            delta = r[k] + (0.0 if last else gamma * v[turns[i + 1]]) - v[k]
-            running = delta + (0.0 if last else gamma * lam * running)
-            for t in tokens[k]:
-                adv[b, t], ret[b, t] = running, running + v[k]
-    return adv, ret
-
-
-def test_turn_level_gae_against_a_float64_loop():
-    e = _hand_episode()
-    torch.manual_seed(1)
-    values = torch.randn(e.input_ids.shape)
-    token_rewards = token_level_rewards(torch.tensor([1.0, -0.5]), e.response_mask) + e.turn_rewards
-    token_rewards = token_rewards + 0.01 * e.response_mask  # a reward on every action token: sums per turn
-    assert turn_starts(e.response_mask, e.turn_ids).nonzero().tolist() == [[0, 2], [0, 7], [1, 1]]
-    adv, ret = compute_turn_gae(token_rewards, values, e.response_mask, e.turn_ids, 0.9, 0.7)
-    ref_adv, ref_ret = _turn_gae_loop(e, token_rewards.double(), values.double(), 0.9, 0.7)
-    assert torch.allclose(adv.double(), ref_adv, atol=1e-6)
-    assert torch.allclose(ret.double(), ref_ret, atol=1e-6)
-
-
-def _cfg(**ppo):
-    return from_dict(
-        {
-            "ppo": {"num_prompts_per_step": 2, **ppo},
-            "policy": {"train_global_batch_size": 2},
-            "value": {"train_global_batch_size": 2},
-            "env": {"class": SCRIPTED},
-        }
-    )
-
-
-def test_the_estimator_adds_turn_rewards_and_grpo_uses_episode_returns():
-    e = _hand_episode().replace(rewards=torch.tensor([1.0, -0.5]))
-    torch.manual_seed(2)
-    e = e.replace(old_values=torch.randn(e.input_ids.shape))
-    est = build_estimator(_cfg(normalize_advantages=False))
-    out = est(e)
-    expected = compute_gae(
-        token_level_rewards(e.rewards, e.response_mask) + e.turn_rewards, e.old_values, e.response_mask, 1.0, 1.0
-    )
-    assert torch.equal(out.advantages, expected[0])
-    # Without the turn rewards the advantages differ (the negative control).
-    assert not torch.equal(est(e.replace(turn_rewards=torch.zeros_like(e.turn_rewards))).advantages, out.advantages)
-    grpo = build_estimator(_cfg(advantage_estimator="grpo", num_generations_per_prompt=2))(e)
-    returns = e.episode_returns  # 0.5 + 1.0 - 1.0 = 0.5 and -0.5
-    assert returns.tolist() == [0.5, -0.5]
-    assert grpo.advantages[0, 2] > 0 > grpo.advantages[1, 1]
-
-
-def test_turn_unit_estimator_and_its_config_rules():
-    e = _hand_episode().replace(rewards=torch.tensor([1.0, -0.5]), old_values=torch.zeros(2, 10))
-    out = build_estimator(_cfg(gae_unit="turn", normalize_advantages=False))(e)
-    # Row 0: turn 2's advantage is its reward sum (1 - 1 = 0), turn 1's 0.5 + 0 (γ = λ = 1, V = 0).
-    assert out.advantages[0].tolist() == [0, 0, 0.5, 0.5, 0, 0, 0, 0, 0, 0]
-    with pytest.raises(Exception, match="ppo.gae_unit"):
-        from_dict({"ppo": {"gae_unit": "turn"}})
 
 
 # ---- the episode loop on a scripted generator
@@ -293,14 +123,10 @@ def test_episodes_do_not_depend_on_the_batch_they_are_sampled_in():
             assert getattr(whole, name)[r, width:].abs().sum() == 0
 
 
-def test_stop_string_cut_and_observation_tokens():
+def test_stop_string_cut_is_the_end_of_the_first_stop_string():
     ids = TOK("ab</calc>cd", add_special_tokens=False)["input_ids"]
     assert stop_string_cut(TOK, ids, ("</calc>",)) == 9
     assert stop_string_cut(TOK, ids, ("zz",)) is None and stop_string_cut(TOK, ids, ()) is None
-    assert TOK.decode(observation_tokens(TOK, ChatFormat(), "<result>1</result>", [EOS])) == "<result>1</result>"
-    # The character tokenizer's template prints a message's content, then the answer header after the last one.
-    tool = [{"role": "tool", "content": "7"}]
-    assert TOK.decode(observation_tokens(TOK, ChatFormat(), tool, [EOS])) == "7\nAnswer: "
 
 
 def test_episode_config_keys():

@@ -1,7 +1,7 @@
 """The critic's export layouts (``models.critic_format``): a family transformers has a token-classification class for
 keeps that layout; any other (Gemma 3 here) is written as the base model plus ``value_head.safetensors``, which
 ``ValueModel.from_pretrained``, ``value.warm_start``, ``value.model.path`` and the plain ``transformers`` +
-``safetensors`` recipe of docs/usage.md all read back to the same values."""
+``safetensors`` recipe of docs/guides/usage.md all read back to the same values."""
 
 import json
 import re
@@ -76,8 +76,8 @@ def rows(seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def usage_recipe() -> str:
-    """The plain-transformers recipe as docs/usage.md prints it: the python block of its "Exports" section."""
-    section = (REPO / "docs" / "usage.md").read_text().split("\n## Exports\n", 1)[1].split("\n## ", 1)[0]
+    """The plain-transformers recipe as docs/guides/usage.md prints it: the python block of its "Exports" section."""
+    section = (REPO / "docs" / "guides" / "usage.md").read_text().split("\n## Exports\n", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -111,7 +111,7 @@ def test_a_gemma3_critic_exports_as_base_model_and_head_and_reloads_three_ways(t
         assert (target.values(ids, mask) - expected).abs().max() > 1e-2
         load_warm_start(target, str(tmp_path / "critic"))
         assert (target.values(ids, mask) - expected).abs().max() <= 1e-6
-        # 3. transformers + safetensors alone, the recipe in docs/usage.md
+        # 3. transformers + safetensors alone, the recipe in docs/guides/usage.md
         assert (run_recipe(tmp_path / "critic", ids, mask) - expected_head).abs().max() <= 1e-6
     # value.model.path: the directory is the critic's backbone
     backbone = build_backbone(str(tmp_path / "critic"))

@@ -1,6 +1,7 @@
-"""Issue 22, part 2, in one process: activation checkpointing gives the plain path's loss and gradients while really
-recomputing each block, keeps the HF parameter names and is idle in eval; the generation replica is in the compute
-dtype; cpu_offload without FSDP (a single CPU process) changes nothing. The sharded paths: tests/distributed."""
+"""Activation checkpointing and CPU offload in one process: checkpointing gives the plain path's loss and gradients
+while really recomputing each block, keeps the HF parameter names and is idle in eval; the generation replica is in
+the compute dtype; cpu_offload without FSDP (a single CPU process) changes nothing. The sharded paths:
+tests/distributed."""
 
 import copy
 import warnings

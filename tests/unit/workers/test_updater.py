@@ -60,30 +60,8 @@ def test_cosine_schedule_with_warmup():
     assert abs(f(60) - 0.55) < 1e-9 and abs(f(110) - 0.1) < 1e-9 and abs(f(500) - 0.1) < 1e-9
 
 
-def test_balanced_rows_gives_equal_shares_with_even_tokens():
-    from dtppo.types import balanced_rows
-
-    lengths = torch.tensor([200, 10, 180, 30, 150, 40, 120, 60])
-    shares = [balanced_rows(lengths, r, 2) for r in range(2)]
-    assert [len(s) for s in shares] == [4, 4]
-    assert sorted(torch.cat(shares).tolist()) == list(range(8))
-    tokens = [int(lengths[s].sum()) for s in shares]
-    assert tokens == [390, 400]  # contiguous blocks would give 420 vs 370
-    assert torch.equal(balanced_rows(lengths, 0, 1), torch.arange(8))
-
-
-def test_experience_take_picks_rows_and_trims():
-    exp = _experience()
-    exp = exp.replace(
-        attention_mask=(torch.arange(6)[None] < torch.tensor([[2], [5], [3], [6], [1], [4], [2], [3]])).long()
-    )
-    part = exp.take(torch.tensor([0, 2, 4]))
-    assert part.batch_size == 3 and part.input_ids.shape[1] == 3
-    assert torch.equal(part.returns, exp.returns[[0, 2, 4], :3])
-
-
 def test_step_metrics_aggregate_minibatches_and_epochs_as_documented():
-    # docs/design.md "How step metrics aggregate minibatches and epochs". lr = 0 keeps the model fixed, so
+    # docs/design/algorithm.md "How step metrics aggregate minibatches and epochs". lr = 0 keeps the model fixed, so
     # each minibatch's loss can be recomputed here; the two minibatches have different token counts. OptimizerConfig
     # refuses lr = 0 (no recipe may ask for it), so the engine gets its fields in a plain namespace.
     from dtppo.observability.metrics import mean_over

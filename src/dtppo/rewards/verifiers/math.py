@@ -1,41 +1,9 @@
-"""MATH correctness reward: 1.0 when a response's final answer equals the reference answer, else 0.0.
+"""MATH correctness reward: 1.0 when a response's final answer (its last ``\\boxed{...}``, else its ``####`` line)
+equals the reference under math-verify, else 0.0.
 
-The final answer is the body of the response's last ``\\boxed{...}`` (or ``\\fbox{...}``), else the text
-after its last ``####`` up to the end of that line. Equality is math-verify's: ``\\frac{1}{2}`` = ``0.5``,
-``2\\sqrt{2}`` = ``\\sqrt{8}``, ``(x+1)^2`` = ``x^2+2x+1``; ``[0,1)`` != ``[0,1]``.
-
-Like the GSM8K reward (with which it shares ``dtppo.data.answers``: the tail, folding, box scan and math-verify call)
-it runs in the trainer's main thread, worker threads (no SIGALRM timeout there), Ray actors and subprocesses, so
-time and memory are bounded by construction: only the last ``TAIL_CHARS`` characters of either side are read,
-the box scan is bounded, regexes are linear, and math-verify (sympy) only sees pairs of answers inside
-static bounds; anything else scores 0.0 unevaluated. Even a timeout is no fence: sympy can sit in one C
-call (``3**(10**30)``) that no signal interrupts. Per side:
-
-- at most ``_MAX_ANSWER`` characters of a small ASCII alphabet; LaTeX commands from a whitelist (no
-  ``\\binom``, ``\\sum``, matrices, ``\\exp``: ``\\exp(\\exp(99))`` needs astronomical precision);
-- ``{([`` at most ``_MAX_DEPTH`` deep, digit runs of at most ``_MAX_DIGITS``, ``n!`` only for n of at most
-  2 digits (``100000!``, ``(5!)!``), at most ``_MAX_ITEMS`` list items and ``_MAX_SET_OPS`` unions;
-- an exponent is one digit, one letter, ``\\pi``, ``\\circ`` or a short braced term without ``^`` whose
-  literals have at most 2 digits, with no ``^`` after it: no towers. latex2sympy reads ``10^99999`` as
-  ``10**99999``, so no digit may follow a bare one-digit exponent. At most ``_MAX_CARETS``, with product
-  ``P <= _MAX_POWER``: an exact integer has at most about ``_MAX_DIGITS * P`` digits.
-
-Jointly, since sympy simplifies (for relations, solves) the difference of the sides, whose costs add up:
-
-- ``_degree_and_digits`` bounds the degree ``D`` and the digits of any integer; with ``g`` generators
-  (variables, radicals, ``\\pi``, functions) an expansion has at most ``C(D+g, g)`` terms, held to
-  ``_MAX_TERMS`` (``(a+b+c+d+e+f)^{99}`` has 10^8); relations are solved, so their degrees are capped
-  (a quartic took 0.4 s, degree 9 seconds, two circles 0.2 s); items and unions share ``_MAX_LIST_WEIGHT``;
-- with generators, integers stay small (factoring ``sin^2+cos^2 - 10^2970`` ran for minutes), tiny under a
-  logarithm (logcombine turned ``log_3(sin 1) - 10^30`` into ``3^(10^30)``), and there are no percentages
-  (an unevaluated product: ``z^{n+1} 5\\%`` sent nc_simplify recursing for minutes);
-- with variables, simplify is the cost (a 3-variable rational function took 0.2 s against ``1``, 3 s
-  against ``(x+1)^{99}``): at most ``_MAX_VARS``, the tight ``_SYMBOLIC`` caps, no function calls; numbers
-  with radicals, ``\\pi`` or functions get the looser ``_RADICAL`` caps.
-
-The bounds come from measurements: the costliest admitted pairs, built by hand or among ~50 000 fuzzed ones,
-took up to ~0.3 s from cold caches on two busy cores (plus, once per process, sympy's lazy imports). Where
-usable (main thread, no pending itimer) math-verify's timeout stays as a second fence.
+Total and bounded by construction, since it runs where no timeout can interrupt sympy (worker threads, one long C
+call): only the tails are read, and math-verify only sees answers inside the static bounds below; anything else scores
+0.0 unevaluated. Why each bound and how it was measured: docs/design/verifiers.md.
 """
 
 from __future__ import annotations

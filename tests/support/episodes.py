@@ -1,0 +1,60 @@
+"""Episode batches (``build_episode_rows``) shared by the tests of episode rows, turn-level GAE, the advantage
+estimators and the workers' losses: one written out by hand, so tests can assert numbers, and one of random tokens
+with observations, with the poison checks the workers' tests run on it."""
+
+from __future__ import annotations
+
+import torch
+
+from dtppo.types import Experience, Segment, build_episode_rows
+
+POISON = 1.0e4
+
+
+def hand_episode() -> Experience:
+    """Row 0: prompt [5, 6], action 1 [7, 8] (reward 0.5), observation [9, 9, 9], action 2 [10, 11, 12] (reward
+    -1), ended by the environment. Row 1: prompt [5], one action [13, 14], truncated."""
+    episodes = [
+        [Segment([7, 8], 1, [-0.1, -0.2], 0.5), Segment([9, 9, 9], 1), Segment([10, 11, 12], 2, [-0.3] * 3, -1.0)],
+        [Segment([13, 14], 1, [-0.4, -0.5])],
+    ]
+    return build_episode_rows([[5, 6], [5]], episodes, [0, 3], pad_id=0)
+
+
+def observed_episodes() -> tuple[Experience, torch.Tensor]:
+    """Two episodes of random tokens with observations between their turns (10 observation tokens), and where the
+    observations are ([B, T] bool)."""
+    g = torch.Generator().manual_seed(0)
+    ids = lambda n: torch.randint(3, 90, (n,), generator=g).tolist()  # noqa: E731
+    segs = [
+        [Segment(ids(4), 1, [-1.0] * 4), Segment(ids(5), 1), Segment(ids(3), 2, [-1.0] * 3)],
+        [
+            Segment(ids(6), 1, [-1.0] * 6),
+            Segment(ids(2), 1),
+            Segment(ids(2), 2, [-1.0] * 2),
+            Segment(ids(3), 2),
+            Segment(ids(4), 3, [-1.0] * 4),
+        ],
+    ]
+    e = build_episode_rows([ids(3), ids(5)], segs, [0, 0], pad_id=0)
+    observation = e.attention_mask.bool() & (e.turn_ids > 0) & ~e.response_mask.bool()
+    assert observation.sum() == 10
+    return e, observation
+
+
+def loss_and_grads(worker, experience) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """A worker's loss on ``experience`` and its parameters' gradients."""
+    worker.model.zero_grad(set_to_none=True)
+    loss, _ = worker.loss(experience)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in worker.model.named_parameters() if p.grad is not None}
+
+
+def poisoned(e: Experience, where: torch.Tensor, fields) -> Experience:
+    """``e`` with ``POISON`` in ``fields`` wherever ``where`` is True."""
+    return e.replace(**{f: torch.where(where, POISON, getattr(e, f)) for f in fields})
+
+
+def same(a, b) -> bool:
+    """Whether two ``loss_and_grads`` results are equal exactly."""
+    return torch.equal(a[0], b[0]) and a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
