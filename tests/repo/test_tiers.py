@@ -23,7 +23,7 @@ COVERED_THROUGH = {
     "dtppo.ppo.entry": ("tests/functional/test_ppo_cli.py", "tests.support.cli"),
     "dtppo.rewards.pool_worker": ("tests/unit/usercode/test_pool_bounds.py", "dtppo.rewards.scoring"),
     "dtppo.usercode.pool": ("tests/unit/usercode/test_pool_bounds.py", "dtppo.rewards.scoring"),
-    "dtppo.workers.base": ("tests/unit/workers/test_policy_episodes.py", "dtppo.workers.policy"),
+    "dtppo.workers.base": ("tests/unit/workers/test_policy_dropout.py", "dtppo.workers.policy"),
     # what the tests and bench/ share, imported through tests/support/harness.py
     "dtppo.testing.workers": ("tests/distributed/test_parity.py", "tests.support.harness"),
 }

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from dtppo.config import Config
 from dtppo.types import Experience, Segment, build_episode_rows
+from tests.support.recipes import tiny_config
 
 POISON = 1.0e4
 
@@ -58,3 +60,44 @@ def poisoned(e: Experience, where: torch.Tensor, fields) -> Experience:
 def same(a, b) -> bool:
     """Whether two ``loss_and_grads`` results are equal exactly."""
     return torch.equal(a[0], b[0]) and a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
+def workers_config(*extra: str) -> Config:
+    """The tiny recipe shrunk for the workers' episode tests: 1-layer 32-wide models, 2 samples a step, a KL term."""
+    small = [
+        f"{w}.model.tiny.{k}={v}" for w in ("policy", "value") for k, v in [("hidden_size", 32), ("num_layers", 1)]
+    ]
+    keys = [
+        "ppo.init_from_sft=false",
+        "ppo.num_prompts_per_step=2",
+        "policy.train_global_batch_size=2",
+        "value.train_global_batch_size=2",
+        "loss.kl.coef=0.1",
+    ]
+    return tiny_config(*small, *keys, *extra)
+
+
+def workers_on_episodes() -> tuple:
+    """(policy worker, value worker, episodes with noisy old log-probs, values, advantages and returns, the
+    observation tokens' mask, the first action token's mask): what the workers' poison tests start from."""
+    from dtppo.models.tokenizer import build_char_tokenizer
+    from dtppo.workers.policy import PolicyWorker
+    from dtppo.workers.value import ValueWorker
+
+    cfg, tok = workers_config(), build_char_tokenizer()
+    policy, value = PolicyWorker(cfg, tok), ValueWorker(cfg, tok)
+    e, observation = observed_episodes()
+    g = torch.Generator().manual_seed(1)
+
+    def noise() -> torch.Tensor:
+        return torch.randn(e.input_ids.shape, generator=g) * 0.1
+
+    e = e.replace(
+        old_logprobs=policy.get_logprobs(e) + noise(),
+        ref_logprobs=policy.get_logprobs(e) + noise(),
+        old_values=value.get_values(e) + noise(),
+        advantages=noise(),
+        returns=noise(),
+    )
+    first_action = e.response_mask.bool() & ~torch.roll(e.response_mask.bool(), 1, 1)
+    return policy, value, e, observation, first_action

@@ -4,36 +4,12 @@ as the length rule (``data.max_prompt_tokens``) and ``encode_prompts`` count it.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from dtppo import config as config_lib
 from dtppo.config import DataConfig
 from dtppo.data.chat import ChatFormat, conversation, encode_prompts, format_prompt, prompt_length
 from dtppo.data.loader import build_sources
 from dtppo.data.problem import Problem
 from dtppo.models.tokenizer import load_tokenizer
-from tests.support.recipes import REPO
-
-MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say 7."}]
-
-
-def _write(path: Path, rows: list) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
-
-
-def _custom(path: Path, *extra: str) -> config_lib.Config:
-    return config_lib.load(
-        REPO / "recipes/base.yaml",
-        [
-            "data.task=custom",
-            f"data.train.path={path}",
-            f"data.validation.path={path}",
-            "reward.functions=[gsm8k]",
-            *extra,
-        ],
-    )
+from tests.support.custom_rows import MESSAGES, custom_config, write_rows
 
 
 def test_a_text_prompt_is_the_user_turn_after_the_system_prompt():
@@ -48,8 +24,10 @@ def test_chat_prompts_go_through_the_template_and_the_length_rule(tmp_path):
     sys, ignored = ChatFormat("Sys"), ChatFormat("Ignored")
     assert format_prompt(tokenizer, user_only, sys) == format_prompt(tokenizer, "Say 7.", sys)
     assert format_prompt(tokenizer, MESSAGES, ignored) == "Be brief.\nSay 7.\nAnswer: "  # the row's own system turn
-    path = _write(tmp_path / "rows.jsonl", [{"prompt": MESSAGES}, {"prompt": [{"role": "user", "content": "x" * 300}]}])
-    cfg = _custom(path, "data.max_prompt_tokens=100")
+    path = write_rows(
+        tmp_path / "rows.jsonl", [{"prompt": MESSAGES}, {"prompt": [{"role": "user", "content": "x" * 300}]}]
+    )
+    cfg = custom_config(path, "data.max_prompt_tokens=100")
     train, validation = build_sources(cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer)
     assert [p.question for p in train] == [MESSAGES] and validation == train
     assert encode_prompts(tokenizer, train, cfg.data)[0] == tokenizer("Be brief.\nSay 7.\nAnswer: ")["input_ids"]

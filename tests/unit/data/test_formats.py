@@ -6,7 +6,6 @@ test_chat_prompts.py."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,31 +14,12 @@ from dtppo import config as config_lib
 from dtppo.config import ConfigError
 from dtppo.data.formats import GSM8K, MATH, row_format
 from dtppo.data.rows import DataError, read_jsonl
+from tests.support.custom_rows import MESSAGES, custom_config, write_rows
 from tests.support.recipes import REPO
-
-MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say 7."}]
-
-
-def _write(path: Path, rows: list) -> Path:
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
-    return path
-
-
-def _custom(path: Path, *extra: str) -> config_lib.Config:
-    return config_lib.load(
-        REPO / "recipes/base.yaml",
-        [
-            "data.task=custom",
-            f"data.train.path={path}",
-            f"data.validation.path={path}",
-            "reward.functions=[gsm8k]",
-            *extra,
-        ],
-    )
 
 
 def test_custom_rows_keep_every_column_and_read_the_reference(tmp_path):
-    path = _write(
+    path = write_rows(
         tmp_path / "rows.jsonl",
         [
             {"query": "What is 3+4?", "label": 7, "source": "a", "level": 1},
@@ -50,7 +30,7 @@ def test_custom_rows_keep_every_column_and_read_the_reference(tmp_path):
             {"query": "No label"},
         ],
     )
-    cfg = _custom(path, "data.prompt_key=query", "data.answer_key=label")
+    cfg = custom_config(path, "data.prompt_key=query", "data.answer_key=label")
     problems, bad = read_jsonl(path, row_format(cfg.data))
     assert [p.question for p in problems] == ["What is 3+4?", MESSAGES]
     assert [p.answer for p in problems] == [7, "7"] and [p.conversational for p in problems] == [False, True]
@@ -59,27 +39,27 @@ def test_custom_rows_keep_every_column_and_read_the_reference(tmp_path):
 
 
 def test_a_missing_prompt_column_names_the_columns_the_rows_have(tmp_path):
-    path = _write(tmp_path / "rows.jsonl", [{"question": "Q", "answer": "#### 1"}] * 2)
+    path = write_rows(tmp_path / "rows.jsonl", [{"question": "Q", "answer": "#### 1"}] * 2)
     with pytest.raises(
         DataError,
         match=r"no usable rows \(2 bad: missing_prompt: 2\); the first row's columns "
         r"are \['answer', 'question'\]",
     ):
-        read_jsonl(path, row_format(_custom(path).data))
+        read_jsonl(path, row_format(custom_config(path).data))
 
 
 def test_an_answer_column_besides_the_reference_is_refused(tmp_path):
-    path = _write(tmp_path / "rows.jsonl", [{"prompt": "Q", "label": "1", "answer": "other"}])
+    path = write_rows(tmp_path / "rows.jsonl", [{"prompt": "Q", "label": "1", "answer": "other"}])
     with pytest.raises(
         DataError,
         match=r"rows.jsonl:1: the rows have a column 'answer' besides the reference "
         r"column 'label'",
     ):
-        read_jsonl(path, row_format(_custom(path, "data.answer_key=label").data))
+        read_jsonl(path, row_format(custom_config(path, "data.answer_key=label").data))
 
 
 def test_math_rows_take_the_last_boxed_answer_of_the_solution(tmp_path):
-    path = _write(
+    path = write_rows(
         tmp_path / "math.jsonl",
         [
             {"problem": "Find x.", "solution": "First \\boxed{2}, no: $x=\\boxed{\\frac{1}{2}}$.", "level": "Level 1"},
