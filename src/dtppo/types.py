@@ -49,14 +49,16 @@ def build_episode_rows(
 
     prompts: B token lists; episodes: each row's segments in order, beginning and ending with an action; ends:
     [B] indices into ``EPISODE_ENDS``. ``response_mask`` is 1 on action tokens only; ``turn_ids`` the segment's
-    turn on its tokens (0 on prompt and pad); ``turn_rewards`` a turn's reward on its last action token. With one
+    turn on its tokens (0 on prompt and pad); ``step_rewards`` a turn's reward on its last action token, which
+    ``step_mask`` marks when the reward is not 0. With one
     action segment per row this gives ``build_response_mask``'s rows."""
     rows = [list(p) + [t for seg in ep for t in seg.tokens] for p, ep in zip(prompts, episodes)]
     batch, width = len(rows), max(len(r) for r in rows)
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros(batch, width, dtype=torch.long)
     response_mask, gen_logprobs = torch.zeros(batch, width), torch.zeros(batch, width)
-    turn_ids, turn_rewards = torch.zeros(batch, width, dtype=torch.long), torch.zeros(batch, width)
+    turn_ids, step_rewards = torch.zeros(batch, width, dtype=torch.long), torch.zeros(batch, width)
+    step_mask = torch.zeros(batch, width)
     for b, (prompt, episode) in enumerate(zip(prompts, episodes)):
         input_ids[b, : len(rows[b])] = torch.tensor(rows[b], dtype=torch.long)
         attention_mask[b, : len(rows[b])] = 1
@@ -67,7 +69,8 @@ def build_episode_rows(
             if seg.is_action and stop > start:
                 response_mask[b, start:stop] = 1.0
                 gen_logprobs[b, start:stop] = torch.tensor(seg.logprobs, dtype=torch.float32)
-                turn_rewards[b, stop - 1] += seg.reward
+                step_rewards[b, stop - 1] += seg.reward
+                step_mask[b, stop - 1] = float(seg.reward != 0.0)  # a turn the environment did not reward is no step
             start = stop
     ends_t = torch.tensor(ends, dtype=torch.long)
     return Experience(
@@ -77,7 +80,8 @@ def build_episode_rows(
         gen_logprobs=gen_logprobs,
         truncated=(ends_t == EPISODE_ENDS.index("truncated")) | (ends_t == EPISODE_ENDS.index("max_total_tokens")),
         turn_ids=turn_ids,
-        turn_rewards=turn_rewards,
+        step_rewards=step_rewards,
+        step_mask=step_mask,
         episode_end=ends_t,
     )
 
@@ -172,8 +176,12 @@ class Experience:
                      (``loss.rollout_correction.importance_sampling``); None = unweighted
     turn_ids:        [B, T] int64, multi-turn episodes: the 1-based turn of each action and observation token (0 on
                      prompt and pad); None = single-turn
-    turn_rewards:    [B, T] float32, the environment's reward for each turn on the turn's last action token
-                     (``rewards`` is the reward functions' score of the episode's final answer); None = single-turn
+    step_rewards:    [B, T] float32, rewards earned inside the response, each on the token where it was earned:
+                     an episode's turn rewards on the turn's last action token, the reward functions' step rewards
+                     on the token holding the step's last character (rewards on one token add up); ``rewards`` is
+                     the outcome, on the last response token. None = no step was rewarded
+    step_mask:       [B, T] float32, 1 on the tokens where a rewarded step or turn ends (the steps GRPO's process
+                     supervision normalises over); None with ``step_rewards``
     episode_end:     [B] int64, how each episode ended (an index into ``EPISODE_ENDS``); None = single-turn
     loss_weights:    [B, T] float32, set by the updater on each minibatch: the weight of each token's loss
                      in the minibatch's loss (``algorithms.aggregation``); None outside an update
@@ -193,7 +201,8 @@ class Experience:
     sample_mask: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
     turn_ids: torch.Tensor | None = None
-    turn_rewards: torch.Tensor | None = None
+    step_rewards: torch.Tensor | None = None
+    step_mask: torch.Tensor | None = None
     episode_end: torch.Tensor | None = None
     loss_weights: torch.Tensor | None = None
 
@@ -209,11 +218,11 @@ class Experience:
         return self.response_mask * self.sample_mask[:, None]
 
     @property
-    def episode_returns(self) -> torch.Tensor:
-        """[B] float32: the final answer's reward plus the environment's rewards of every turn."""
-        if self.turn_rewards is None:
+    def total_rewards(self) -> torch.Tensor:
+        """[B] float32: each sample's outcome reward plus its step (and turn) rewards."""
+        if self.step_rewards is None:
             return self.rewards
-        return self.rewards + self.turn_rewards.sum(-1)
+        return self.rewards + self.step_rewards.sum(-1)
 
     def replace(self, **fields: torch.Tensor | None) -> Experience:
         return dataclasses.replace(self, **fields)
@@ -256,7 +265,8 @@ ROLLOUT_FIELDS = (
     "gen_logprobs",
     "truncated",
     "turn_ids",
-    "turn_rewards",
+    "step_rewards",
+    "step_mask",
     "episode_end",
 )
 

@@ -34,7 +34,7 @@ def test_episode_rows_masks_turns_and_rewards_by_hand():
     assert e.attention_mask.tolist() == [[1] * 10, [1, 1, 1] + [0] * 7]
     assert e.response_mask.tolist() == [[0, 0, 1, 1, 0, 0, 0, 1, 1, 1], [0, 1, 1] + [0] * 7]
     assert e.turn_ids.tolist() == [[0, 0, 1, 1, 1, 1, 1, 2, 2, 2], [0, 1, 1] + [0] * 7]
-    assert e.turn_rewards.tolist() == [[0, 0, 0, 0.5, 0, 0, 0, 0, 0, -1.0], [0.0] * 10]
+    assert e.step_rewards.tolist() == [[0, 0, 0, 0.5, 0, 0, 0, 0, 0, -1.0], [0.0] * 10]
     assert torch.allclose(e.gen_logprobs[0, 7:], torch.tensor([-0.3] * 3))
     assert e.gen_logprobs[0, 4:7].abs().sum() == 0
     assert e.truncated.tolist() == [False, True]
@@ -46,12 +46,12 @@ def test_one_turn_episode_rows_are_the_single_turn_rows():
     e = build_episode_rows(prompts, [[Segment(r, 1, [0.0] * len(r))] for r in responses], [0, 0], pad_id=0)
     expected = build_response_mask(torch.tensor([3, 1]), torch.tensor([2, 4]), 5)
     assert torch.equal(e.response_mask, expected)
-    assert e.turn_rewards.abs().sum() == 0
+    assert e.step_rewards.abs().sum() == 0
 
 
 def test_an_episodes_return_is_its_final_reward_plus_every_turns():
     e = hand_episode().replace(rewards=torch.tensor([1.0, -0.5]))
-    assert e.episode_returns.tolist() == [1.0 + 0.5 - 1.0, -0.5]  # row 0: turn rewards 0.5 and -1
+    assert e.total_rewards.tolist() == [1.0 + 0.5 - 1.0, -0.5]  # row 0: turn rewards 0.5 and -1
 
 
 def _rows(lengths: list[int], width: int = 6) -> Experience:
@@ -78,7 +78,7 @@ def test_train_mask_is_the_response_mask_of_the_samples_that_train():
     assert e.train_mask is e.response_mask
     kept = e.replace(sample_mask=torch.tensor([1.0, 0.0, 1.0]))
     assert torch.equal(kept.train_mask[1], torch.zeros(6)) and torch.equal(kept.train_mask[0], e.response_mask[0])
-    assert e.episode_returns is e.rewards  # single-turn: the reward alone
+    assert e.total_rewards is e.rewards  # single-turn: the reward alone
 
 
 def test_slice_take_and_shard_trim_to_the_longest_row_they_keep():

@@ -33,6 +33,12 @@ def right_shift_values(values: torch.Tensor, sequence_starts: torch.Tensor | Non
     return shift_right(values, sequence_starts)
 
 
+def last_response_index(response_mask: torch.Tensor) -> torch.Tensor:
+    """[B] int64: the position of each row's last response token (0 for a row without one). response_mask: [B, T]."""
+    positions = torch.arange(response_mask.shape[1], device=response_mask.device)[None, :]
+    return (positions * response_mask.long()).argmax(dim=1)
+
+
 def token_level_rewards(
     rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -44,8 +50,7 @@ def token_level_rewards(
     rewards: [B] float32; response_mask: [B, T]; kl: [B, T] per-token KL estimate or None -> [B, T] float32,
     zero on masked positions. A row with no response tokens gets no reward.
     """
-    positions = torch.arange(response_mask.shape[1], device=response_mask.device)[None, :]
-    last = (positions * response_mask.long()).argmax(dim=1)
+    last = last_response_index(response_mask)
     has_response = response_mask.sum(dim=1) > 0
     out = torch.zeros_like(response_mask, dtype=torch.float32)
     out[torch.arange(out.shape[0]), last] = torch.where(has_response, rewards.float(), 0.0)
@@ -246,6 +251,41 @@ def group_normalized_advantages(
     std = (((grouped - mean) ** 2 * keep).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
     per_sample = ((grouped - mean) / (std + eps) * keep).reshape(-1)
     return torch.where(response_mask.bool(), per_sample[:, None], 0.0)
+
+
+def process_supervised_advantages(
+    rewards: torch.Tensor,
+    step_rewards: torch.Tensor,
+    step_mask: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_size: int,
+    eps: float = GRPO_STD_EPS,
+    sample_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """GRPO with process supervision (Shao et al. 2024, DeepSeekMath §4.1.3): every step reward of a group's samples
+    normalised by the mean and std of all that group's step rewards, ``r̃ = (r − mean(R)) / (std(R) + eps)``, and each
+    token's advantage the sum of the normalised rewards of its sample's steps that end at or after it.
+
+    rewards: [B] the outcome, a step ending at each sample's last response token; step_rewards: [B, T] the other
+    steps' rewards on the tokens where they end, which step_mask: [B, T] marks (rewards on one token are one step);
+    response_mask: [B, T]; rows as in ``group_normalized_advantages``, whose conventions (Bessel std, eps, groups
+    of ``group_size`` adjacent rows, sample_mask) hold here too -> [B, T] float32, 0 off the response. With no
+    step anywhere it is ``group_normalized_advantages`` exactly: one step per sample, the outcome.
+    """
+    valid = response_mask.bool()
+    marked = step_mask.bool() & valid
+    values = torch.where(marked, step_rewards.float(), 0.0) + token_level_rewards(rewards, response_mask)
+    steps = marked.clone()
+    steps[torch.arange(len(rewards)), last_response_index(response_mask)] |= valid.any(dim=1)
+    keep = steps if sample_mask is None else steps & sample_mask.bool()[:, None]
+    width = values.shape[1]
+    grouped, kept = values.reshape(-1, group_size * width), keep.reshape(-1, group_size * width).float()
+    count = kept.sum(dim=1, keepdim=True)
+    mean = (grouped * kept).sum(dim=1, keepdim=True) / count.clamp(min=1)
+    std = (((grouped - mean) ** 2 * kept).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+    normalised = ((grouped - mean) / (std + eps) * kept).reshape(values.shape)
+    to_go = normalised.flip(1).cumsum(1).flip(1)  # the sum over the steps ending at or after each token
+    return torch.where(valid, to_go, 0.0)
 
 
 def first_token_abs_mean(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-BUILTINS = ("gsm8k", "math")
+BUILTINS = ("gsm8k", "math", "arithmetic_steps", "arithmetic_first_error")
 MODEL_NAME = "model"  # the learned reward model's metric name (train/reward/model): no function may take it
 # How a chunk of samples can fail to be scored (rewards.failures); each is counted as train/reward/<kind>_chunks.
 FAILURE_KINDS = ("crashed", "timed_out", "raised", "out_of_memory")

@@ -87,7 +87,7 @@ class EpisodeGenerator:
 
     def sample(self, request: SampleRequest) -> Experience:
         """``Generator.sample`` for episodes: rows ``[prompt | action | observation | ... | action | pad]`` with
-        ``turn_ids``, ``turn_rewards`` and ``episode_end`` (``types.build_episode_rows``). The request's rows reset
+        ``turn_ids``, ``step_rewards`` and ``episode_end`` (``types.build_episode_rows``). The request's rows reset
         the environment."""
         prompts = request.prompts
         if request.rows is None or len(request.rows) != len(prompts):

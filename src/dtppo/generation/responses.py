@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,13 +25,87 @@ class Responses:
     lengths: list[int]
 
 
-def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience) -> list[str]:
-    """The generated text of each row (response tokens only, special tokens dropped): in a multi-turn episode, its
-    last assistant turn's (the final answer, what the reward functions score)."""
+def scored_tokens(experience: Experience) -> torch.Tensor:
+    """[B, T] bool: the tokens whose text the reward functions score: the response, in a multi-turn episode its last
+    assistant turn (the final answer)."""
     mask = experience.response_mask.bool()
     if experience.turn_ids is not None:
         mask &= experience.turn_ids == experience.turn_ids.max(-1, keepdim=True).values
+    return mask
+
+
+def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience) -> list[str]:
+    """The generated text of each row (``scored_tokens``, special tokens dropped)."""
+    mask = scored_tokens(experience)
     return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(experience.input_ids, mask)]
+
+
+def token_char_ends(
+    tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor, mask: torch.Tensor, texts: list[str]
+) -> torch.Tensor:
+    """Where each token's text ends in its row's decoded text: ids, mask: [R, T] (the tokens decoded: ``mask``
+    true), texts: each row's ``decode(ids[mask], skip_special_tokens=True)`` -> [R, T] int64, the running sum of the
+    decoded tokens' lengths (0 before the first; a dropped special token ends where the token before it does).
+
+    Vectorised: every vocabulary entry is decoded alone once per tokenizer, and a row's ends are the running sum of
+    its tokens' piece lengths. A row whose pieces do not make its text (a character split over byte tokens, a
+    tokenizer that strips a lone token's leading space, cleaned-up spaces) is measured exactly instead, by
+    decoding each of its prefixes."""
+    pieces, lengths = _vocabulary_pieces(tokenizer)
+    ends = torch.where(mask, lengths[ids], 0).cumsum(dim=1)
+    for r, (row, keep, text) in enumerate(zip(ids.tolist(), mask.tolist(), texts)):
+        row = [t for t, k in zip(row, keep) if k]
+        if "".join([pieces[t] for t in row]) != text:
+            prefixes = tokenizer.batch_decode([row[: k + 1] for k in range(len(row))], skip_special_tokens=True)
+            exact = torch.cummax(torch.tensor([len(p) for p in prefixes], dtype=torch.long), 0).values
+            ends[r] = 0
+            ends[r, mask[r]] = exact
+            ends[r] = ends[r].cummax(0).values
+    return ends
+
+
+_PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[list[str], torch.Tensor]:
+    """(each token id's text decoded alone, special tokens as "", and [vocabulary] int64 their lengths), once per
+    tokenizer."""
+    if tokenizer not in _PIECES:
+        ids = [[i] for i in range(len(tokenizer))]
+        backend = getattr(tokenizer, "backend_tokenizer", None)  # one call into the Rust tokenizer when there is one
+        decode = backend.decode_batch if backend is not None else tokenizer.batch_decode
+        pieces = decode(ids, skip_special_tokens=True)
+        _PIECES[tokenizer] = pieces, torch.tensor([len(p) for p in pieces], dtype=torch.long)
+    return _PIECES[tokenizer]
+
+
+def place_steps(
+    tokenizer: PreTrainedTokenizerBase,
+    experience: Experience,
+    steps: list[tuple[tuple[int, float], ...]],
+    texts: list[str],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's step rewards (``(end, reward)`` pairs, ``end`` a character offset in its decoded response,
+    ``texts``: ``decode_responses``) on the token holding character ``end − 1`` -> (rewards [B, T] float32, summed
+    where steps share a token; mask [B, T] float32, 1 on those tokens)."""
+    mask = scored_tokens(experience)
+    rewards, marks = torch.zeros(mask.shape), torch.zeros(mask.shape)
+    rows = [b for b, s in enumerate(steps) if s]
+    if not rows:
+        return rewards, marks
+    index = torch.tensor(rows, dtype=torch.long)
+    ends = token_char_ends(tokenizer, experience.input_ids[index], mask[index], [texts[b] for b in rows])
+    # the steps as [R, K], each row's own first (a step's end is at most its text's length, the row's last end)
+    counts = torch.tensor([len(steps[b]) for b in rows])
+    flat = torch.tensor([pair for b in rows for pair in steps[b]], dtype=torch.float64)  # [S, 2]: end, reward
+    local = torch.repeat_interleave(torch.arange(len(rows)), counts)
+    slot = torch.arange(len(flat)) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    at = torch.zeros(len(rows), int(counts.max()), dtype=torch.long)
+    at[local, slot] = flat[:, 0].long()
+    token = torch.searchsorted(ends, at, side="left")[local, slot].clamp(max=mask.shape[1] - 1)
+    rewards.index_put_((index[local], token), flat[:, 1].float(), accumulate=True)
+    marks[index[local], token] = 1.0
+    return rewards, marks
 
 
 class Sampler(Protocol):

@@ -18,6 +18,7 @@ from dtppo.algorithms.advantages import (
     compute_advantages,
     group_normalized_advantages,
     length_adaptive_lambda,
+    process_supervised_advantages,
     token_level_rewards,
 )
 from dtppo.algorithms.kl import kl_estimate
@@ -52,8 +53,8 @@ class GAEEstimator:
         if self.kl_in_reward_coef > 0.0:
             kl = kl_estimate(self.kl_estimator, experience.old_logprobs, experience.ref_logprobs)
         token_rewards = token_level_rewards(experience.rewards, mask, kl, self.kl_in_reward_coef)
-        if experience.turn_rewards is not None:
-            token_rewards = token_rewards + experience.turn_rewards * mask
+        if experience.step_rewards is not None:
+            token_rewards = token_rewards + experience.step_rewards * mask
         fault = faults.learning_fault()
         if fault == "drop_rewards":
             token_rewards = torch.zeros_like(token_rewards)
@@ -82,16 +83,29 @@ class GAEEstimator:
 
 @dataclass(frozen=True)
 class GRPOEstimator:
-    """Group-normalised outcome rewards: each sample against the other samples of its prompt."""
+    """Group-normalised rewards: each sample against the other samples of its prompt. Outcome only, each sample's
+    reward normalised over its group; with step rewards (a reward function's steps, an episode's turns), process
+    supervision: every step normalised over the group's steps, each token given the sum of its sample's
+    normalised steps that end at or after it."""
 
     group_size: int
 
     def __call__(self, experience: Experience) -> Experience:
-        """Needs ``rewards`` [B], B a multiple of ``group_size`` with a prompt's samples adjacent; an episode's
-        return is its final answer's reward plus its turns'."""
-        advantages = group_normalized_advantages(
-            experience.episode_returns, experience.train_mask, self.group_size, sample_mask=experience.sample_mask
-        )
+        """Needs ``rewards`` [B], B a multiple of ``group_size`` with a prompt's samples adjacent, and the step
+        rewards and their mask when there are steps."""
+        if experience.step_mask is not None and experience.step_mask.any():
+            advantages = process_supervised_advantages(
+                experience.rewards,
+                experience.step_rewards,
+                experience.step_mask,
+                experience.train_mask,
+                self.group_size,
+                sample_mask=experience.sample_mask,
+            )
+        else:
+            advantages = group_normalized_advantages(
+                experience.rewards, experience.train_mask, self.group_size, sample_mask=experience.sample_mask
+            )
         return experience.replace(advantages=advantages)
 
 

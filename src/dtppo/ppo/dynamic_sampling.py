@@ -35,7 +35,7 @@ class GroupFilter:
         """[B / group_size] bool: the groups that train. Needs ``rewards`` (and ``old_values`` for
         ``value_error``); an episode's return includes its turns' rewards. A group with a sample whose reward chunk
         failed (``sample_mask`` 0 at this point) is not kept: its signal is unknown."""
-        returns = experience.episode_returns
+        returns = experience.total_rewards
         if self.criterion == "reward_std":
             keep = groups_with_reward_spread(returns, self.group_size)
         else:

@@ -46,7 +46,7 @@ def rollout_metrics(cfg: Config, experience: Experience, scored: torch.Tensor | 
     mask, trained = experience.response_mask, experience.train_mask
     seq_error = seq_mult_prob_error(experience.gen_logprobs, experience.old_logprobs, mask)
     behaviour_ratio = torch.exp(experience.old_logprobs - experience.gen_logprobs)
-    returns = experience.episode_returns
+    returns = experience.total_rewards
     metrics = {
         "train/reward": returns.mean() if scored is None else masked_mean(returns, scored),
         "train/advantages/mean": masked_mean(experience.advantages, trained),
@@ -133,7 +133,7 @@ def episode_metrics(experience: Experience) -> dict[str, torch.Tensor]:
         "train/episodes/turns": turns.mean(),
         "train/episodes/tool_calls": _observation_runs(observation).float().mean(),
         "train/episodes/observation_tokens": observation.sum(-1).float().mean(),
-        "train/reward/env": experience.turn_rewards.sum(-1).mean(),
+        "train/reward/env": experience.step_rewards.sum(-1).mean(),
     }
     for code, end in enumerate(EPISODE_ENDS):
         metrics[f"train/episodes/ended_by/{end}"] = (experience.episode_end == code).float().mean()

@@ -13,7 +13,7 @@ from dtppo.checkpoint import store
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.data.loader import PromptLoader, build_sources
 from dtppo.distributed.comm import broadcast, broadcast_object, is_main_rank
-from dtppo.generation.responses import decode_responses
+from dtppo.generation.responses import decode_responses, place_steps
 from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.observability.logger import MetricsLogger
@@ -174,14 +174,31 @@ class PPOTrainer:
         elsewhere. A sample whose reward chunk failed leaves training (``sample_mask``): no reward is known for it."""
         experience = rollout.experience
         rewards, failed, scored = torch.zeros(experience.batch_size), torch.zeros(experience.batch_size), None
+        stepped, texts = torch.zeros(experience.batch_size), []
         if self.rewarder is not None:
-            scored = self.rewarder.score(rollout.problems, decode_responses(self.tokenizer, experience))
-            rewards, failed = scored.total, scored.failed.float()
-        rewards, failed = broadcast(torch.stack([rewards, failed]))
+            texts = decode_responses(self.tokenizer, experience)
+            scored = self.rewarder.score(rollout.problems, texts)
+            rewards, failed = scored.outcome, scored.failed.float()
+            stepped = torch.tensor([float(bool(s)) for s in scored.steps])
+        rewards, failed, stepped = broadcast(torch.stack([rewards, failed, stepped]))
         experience = experience.replace(rewards=rewards + overlong_penalties(experience, self.cfg))
+        if stepped.any():
+            experience = self._with_steps(experience, scored, texts)
         if failed.any():
             experience = experience.replace(sample_mask=1.0 - failed)
         return dataclasses.replace(rollout, experience=experience), scored
+
+    def _with_steps(self, experience: Experience, scored: RewardBreakdown | None, texts: list[str]) -> Experience:
+        """``experience`` with the reward functions' step rewards on their tokens (rank 0 places them, in the
+        ``texts`` it scored), added to an episode's turn rewards."""
+        placed = torch.zeros(2, *experience.response_mask.shape)
+        if scored is not None:
+            placed = torch.stack(place_steps(self.tokenizer, experience, scored.steps, texts))
+        step_rewards, step_mask = broadcast(placed)
+        if experience.step_rewards is not None:
+            step_rewards = experience.step_rewards + step_rewards
+            step_mask = torch.maximum(experience.step_mask, step_mask)
+        return experience.replace(step_rewards=step_rewards, step_mask=step_mask)
 
     def _valued(self, rollout: Rollout) -> Rollout:
         """``rollout`` with the critic's values of its tokens (``old_values``)."""

@@ -1,17 +1,19 @@
 """Reward functions in TRL's convention: loading them from a spec, the built-in verifiers, and running them.
 
-A reward function is called ``fn(prompts=[...], completions=[...], **columns) -> list[float | None]``: one entry
-per sample, each dataset column other than the prompt as a keyword list, and the row's reference (if the task has
-one) as ``answer=``.
-``None`` means "not applicable to this sample": 0 in the weighted sum, left out of that function's mean. This is
-TRL's GRPOTrainer signature, so a function written for TRL (``def f(completions, **kwargs)``) runs unchanged.
+A reward function is called ``fn(prompts=[...], completions=[...], **columns) -> list[float | None | steps]``: one
+entry per sample, each dataset column other than the prompt as a keyword list, and the row's reference (if the task
+has one) as ``answer=``. ``None`` means "not applicable to this sample": 0 in the weighted sum, left out of that
+function's mean. This is TRL's GRPOTrainer signature, so a function written for TRL (``def f(completions,
+**kwargs)``) runs unchanged. An entry may instead reward the sample's steps: a list of ``(end, reward)`` pairs,
+``end`` the character offset in the completion just after the step (``0 < end <= len(completion)``); the trainer
+puts each on the token holding character ``end − 1``. Both forms may mix in one batch.
 
 What a function returns is checked here, in the process that runs it (a scoring process, a Ray actor or rank 0):
-the wrong length, a non-number, NaN or inf is a ``RewardFunctionError`` naming the function and the first bad
-sample, never a silent 0: the contract is broken on every call, so the run stops. A function that raises
-(``FunctionRaised``) fails its chunk instead: a flaky sandbox or service does that now and then, and the run stops
-only when failures pass ``reward.max_failed_fraction`` (``rewards.failures``). This module imports no torch:
-scoring processes load it.
+the wrong length, a non-number, NaN or inf, a step end outside the completion is a ``RewardFunctionError`` naming
+the function and the first bad sample, never a silent 0: the contract is broken on every call, so the run stops.
+A function that raises (``FunctionRaised``) fails its chunk instead: a flaky sandbox or service does that now and
+then, and the run stops only when failures pass ``reward.max_failed_fraction`` (``rewards.failures``). This module
+imports no torch: scoring processes load it.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from dtppo.config.reward_spec import parse_spec
 from dtppo.errors import InputError
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.verifiers.math import math_reward
+from dtppo.rewards.verifiers.steps import step_rewards
 from dtppo.usercode.loading import load_callable
 
 RewardFunction = Callable[..., Sequence[Any]]
-Scores = list[float | None]
+Steps = tuple[tuple[int, float], ...]  # (end, reward): a step's reward, placed after its last character
+Score = float | None | Steps
+Scores = list[Score]
 _PREVIEW = 60  # characters of a bad sample's prompt quoted in an error
 
 
@@ -73,7 +78,24 @@ def math_function(prompts: list, completions: list, answer: list, **columns: lis
     return [math_reward(completion_text(c), reference_text(a)) for c, a in zip(completions, answer)]
 
 
-_BUILTIN_FUNCTIONS: dict[str, RewardFunction] = {"gsm8k": gsm8k_function, "math": math_function}
+def arithmetic_steps_function(prompts: list, completions: list, **columns: list) -> list[Steps]:
+    """Each correct ``a op b = c`` step of the completion rewarded at its end, 1/n for n steps found (a fully correct
+    chain earns 1; ``dtppo.rewards.verifiers.steps``)."""
+    return [tuple(step_rewards(completion_text(c), "per_step")) for c in completions]
+
+
+def arithmetic_first_error_function(prompts: list, completions: list, **columns: list) -> list[Steps]:
+    """−1 at the end of the completion's first wrong ``a op b = c`` step, nothing after it nor for a correct chain
+    (``dtppo.rewards.verifiers.steps``)."""
+    return [tuple(step_rewards(completion_text(c), "first_error")) for c in completions]
+
+
+_BUILTIN_FUNCTIONS: dict[str, RewardFunction] = {
+    "gsm8k": gsm8k_function,
+    "math": math_function,
+    "arithmetic_steps": arithmetic_steps_function,
+    "arithmetic_first_error": arithmetic_first_error_function,
+}
 
 
 def reward_function(spec: str) -> RewardFunction:
@@ -134,14 +156,18 @@ def call_function(
         raise RewardFunctionError(
             f"reward function {spec!r} returned {len(values)} scores for {len(completions)} samples"
         )
-    return [_checked(spec, value, offset + i, prompts[i]) for i, value in enumerate(values)]
+    return [_checked(spec, value, offset + i, prompts[i], completions[i]) for i, value in enumerate(values)]
 
 
-def _checked(spec: str, value: Any, index: int, prompt: Any) -> float | None:
+def _checked(spec: str, value: Any, index: int, prompt: Any, completion: Any) -> Score:
     if value is None:
         return None
-    if not isinstance(value, numbers.Real):
-        problem = f"{value!r:.{_PREVIEW}} ({type(value).__name__}), not a number or None"
+    if isinstance(value, (list, tuple)):
+        steps, problem = _checked_steps(value, len(completion_text(completion)))
+        if problem is None:
+            return steps
+    elif not isinstance(value, numbers.Real):
+        problem = f"{value!r:.{_PREVIEW}} ({type(value).__name__}), not a number, None or a list of (end, reward)"
     elif not math.isfinite(float(value)):
         problem = f"{float(value)}"
     else:
@@ -149,6 +175,23 @@ def _checked(spec: str, value: Any, index: int, prompt: Any) -> float | None:
     raise RewardFunctionError(
         f"reward function {spec!r} returned {problem} for sample {index} (prompt {str(prompt)[:_PREVIEW]!r})"
     )
+
+
+def _checked_steps(value: Sequence[Any], length: int) -> tuple[Steps, str | None]:
+    """(the pairs as ints and floats, None), or ((), what is wrong with the first bad pair)."""
+    steps = []
+    for pair in value:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            return (), f"a step {pair!r:.{_PREVIEW}}, not an (end, reward) pair"
+        end, reward = pair
+        if isinstance(end, bool) or not isinstance(end, numbers.Integral):
+            return (), f"a step end {end!r:.{_PREVIEW}} ({type(end).__name__}), not an integer"
+        if not 0 < end <= length:
+            return (), f"a step end {end} outside (0, {length}], the completion's characters"
+        if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+            return (), f"a step reward {reward!r:.{_PREVIEW}}, not a finite number"
+        steps.append((int(end), float(reward)))
+    return tuple(steps), None
 
 
 def load_functions(specs: Sequence[str]) -> list[tuple[str, RewardFunction]]:

@@ -13,29 +13,38 @@ from dtppo.config.reward_spec import BUILTINS, FAILED_SAMPLES_NAME, FAILURE_KIND
 from dtppo.data.chat import conversation
 from dtppo.data.problem import Problem
 from dtppo.rewards.failures import ChunkFailure, FailureBudget
-from dtppo.rewards.functions import Scores, check_arguments, load_functions
+from dtppo.rewards.functions import Score, Scores, Steps, check_arguments, load_functions
 from dtppo.rewards.scoring import RewardScorer
 
 
 @dataclass(frozen=True)
 class RewardBreakdown:
-    """total: [B] float32, the weighted sum (a None score counts as 0; 0 for a failed sample). scores: each part's
-    scores by metric name (the functions', the accuracy verifier's when it is not one of them, ``model`` for the
-    RM), one per sample, None for a failed sample's functions. failed: [B] bool, the samples of the chunks that
-    could not be scored (``failures.ChunkFailure``). failures: this batch's failed chunks per kind
+    """outcome: [B] float32, the weighted sum of the parts' outcome scores (a None score counts as 0; 0 for a failed
+    sample). steps: each sample's step rewards, weighted, as (end, reward) pairs in order of ``end`` (character
+    offsets in its completion; () for none and for a failed sample). scores: each part's scores by metric name (the
+    functions', the accuracy verifier's when it is not one of them, ``model`` for the RM), one per sample: a
+    number, a function's steps, or None (also for a failed sample's functions). failed: [B] bool, the samples of the
+    chunks that could not be scored (``failures.ChunkFailure``). failures: this batch's failed chunks per kind
     (``<kind>_chunks``) and their samples (``failed_samples``)."""
 
-    total: torch.Tensor
+    outcome: torch.Tensor
+    steps: list[Steps]
     scores: dict[str, Scores]
     failed: torch.Tensor
     failures: dict[str, int]
 
+    @property
+    def total(self) -> torch.Tensor:
+        """[B] float32: each sample's total reward, its outcome plus its steps."""
+        return self.outcome + torch.tensor([sum(r for _, r in s) for s in self.steps], dtype=torch.float32)
+
     def means(self) -> dict[str, float]:
-        """Each part's mean over the samples it applies to (not None), a part that applied to none left out; and
-        the failure counts, so that a step whose rewards were partly lost shows in its record."""
+        """Each part's mean over the samples it applies to (not None; steps count as their sum), a part that applied
+        to none left out; and the failure counts, so that a step whose rewards were partly lost shows in its
+        record."""
         means = {}
         for name, scores in self.scores.items():
-            given = [s for s in scores if s is not None]
+            given = [score_total(s) for s in scores if s is not None]
             if given:
                 means[name] = sum(given) / len(given)
         return means | {name: float(n) for name, n in self.failures.items()}
@@ -43,7 +52,25 @@ class RewardBreakdown:
     def take(self, rows: list[int]) -> RewardBreakdown:
         """The samples ``rows`` (indices into this batch); the failure counts stay the whole batch's."""
         scores = {name: [values[i] for i in rows] for name, values in self.scores.items()}
-        return RewardBreakdown(self.total[rows], scores, self.failed[rows], self.failures)
+        steps = [self.steps[i] for i in rows]
+        return RewardBreakdown(self.outcome[rows], steps, scores, self.failed[rows], self.failures)
+
+
+def score_total(score: Score) -> float:
+    """A sample's score as one number: itself, or the sum of its steps' rewards."""
+    return sum(r for _, r in score) if isinstance(score, tuple) else score
+
+
+def weighted_parts(weighted: list[tuple[float, Scores]], failed: list[bool]) -> tuple[torch.Tensor, list[Steps]]:
+    """(outcome [B], steps): the weighted sum of the parts' numbers, and their steps weighted and merged by end, for
+    each sample (nothing for a failed one)."""
+    outcome, steps = [], []
+    for i, lost in enumerate(failed):
+        parts = [(w, part[i]) for w, part in weighted if part[i] is not None and not lost]
+        outcome.append(sum(w * s for w, s in parts if not isinstance(s, tuple)))
+        merged = [(end, w * r) for w, s in parts if isinstance(s, tuple) for end, r in s]
+        steps.append(tuple(sorted(merged, key=lambda pair: pair[0])))
+    return torch.tensor(outcome, dtype=torch.float32), steps
 
 
 def failure_counts(failures: list[ChunkFailure], failed_samples: int) -> dict[str, int]:
@@ -57,8 +84,8 @@ def concat_breakdowns(parts: list[RewardBreakdown]) -> RewardBreakdown:
     counts added."""
     scores = {name: [s for part in parts for s in part.scores[name]] for name in parts[0].scores}
     failures = {name: sum(part.failures[name] for part in parts) for name in parts[0].failures}
-    total, failed = torch.cat([part.total for part in parts]), torch.cat([part.failed for part in parts])
-    return RewardBreakdown(total, scores, failed, failures)
+    outcome, failed = torch.cat([part.outcome for part in parts]), torch.cat([part.failed for part in parts])
+    return RewardBreakdown(outcome, [s for part in parts for s in part.steps], scores, failed, failures)
 
 
 def reward_columns(problems: list[Problem]) -> dict[str, list]:
@@ -122,10 +149,9 @@ class Rewarder:
             ]
             scores[MODEL_NAME] = self.model.score(conversations).tolist()
             weighted.append((self.model_weight, scores[MODEL_NAME]))
+        outcome, steps = weighted_parts(weighted, scored.failed)
         failed = torch.tensor(scored.failed, dtype=torch.bool)
-        total = [sum(w * part[i] for w, part in weighted if part[i] is not None) for i in range(len(completions))]
-        total = torch.tensor(total, dtype=torch.float32).masked_fill(failed, 0.0)
-        return RewardBreakdown(total, scores, failed, failure_counts(scored.failures, int(failed.sum())))
+        return RewardBreakdown(outcome, steps, scores, failed, failure_counts(scored.failures, int(failed.sum())))
 
     def close(self) -> None:
         self.scorer.close()

@@ -29,7 +29,7 @@ def test_gae_runs_over_action_tokens_only_and_observation_poison_changes_nothing
     e = hand_episode()
     torch.manual_seed(0)
     values = torch.randn(e.input_ids.shape)
-    token_rewards = token_level_rewards(torch.tensor([1.0, -0.5]), e.response_mask) + e.turn_rewards
+    token_rewards = token_level_rewards(torch.tensor([1.0, -0.5]), e.response_mask) + e.step_rewards
     adv, ret = compute_gae(token_rewards, values, e.response_mask, 0.9, 0.8)
     ref = _gae_loop(token_rewards.double(), values.double(), e.response_mask.bool(), 0.9, 0.8)
     assert torch.allclose(adv.double(), ref, atol=1e-6)
@@ -81,7 +81,7 @@ def test_turn_level_gae_against_a_float64_loop():
     e = hand_episode()
     torch.manual_seed(1)
     values = torch.randn(e.input_ids.shape)
-    token_rewards = token_level_rewards(torch.tensor([1.0, -0.5]), e.response_mask) + e.turn_rewards
+    token_rewards = token_level_rewards(torch.tensor([1.0, -0.5]), e.response_mask) + e.step_rewards
     token_rewards = token_rewards + 0.01 * e.response_mask  # a reward on every action token: sums per turn
     assert turn_starts(e.response_mask, e.turn_ids).nonzero().tolist() == [[0, 2], [0, 7], [1, 1]]
     adv, ret = compute_turn_gae(token_rewards, values, e.response_mask, e.turn_ids, 0.9, 0.7)

@@ -86,7 +86,7 @@ def test_the_loop_cuts_at_stop_strings_appends_observations_and_ends_each_way():
     row = e.response_mask[0].bool()
     first_obs = len(_prompts(1)[0]) + len("<calc>2*3</calc>")
     assert not row[first_obs : first_obs + len("<result>6</result>\n")].any()
-    assert e.turn_rewards[0, first_obs - 1] == 0.5 and e.turn_rewards[0].sum() == 0.5 + 1.0
+    assert e.step_rewards[0, first_obs - 1] == 0.5 and e.step_rewards[0].sum() == 0.5 + 1.0
     assert e.gen_logprobs[0, first_obs - 1] == pytest.approx(-0.01 * len("<calc>2*3</calc>"))
     assert decode_responses(TOK, e) == ["#### 6", "#### 1", "<calc>3+3</calc>", SCRIPT[3][0][:24]]
     metrics = episode_metrics(e)
@@ -115,7 +115,7 @@ def test_episodes_do_not_depend_on_the_batch_they_are_sampled_in():
         _loop(SCRIPT).sample(SampleRequest(_prompts(4)[s], SamplingParams(24), 7, torch.arange(4)[s], [{}] * 2))
         for s in (slice(0, 2), slice(2, 4))
     ]
-    for name in ("response_mask", "turn_ids", "turn_rewards", "gen_logprobs"):
+    for name in ("response_mask", "turn_ids", "step_rewards", "gen_logprobs"):
         joined = [getattr(h, name)[r] for h in halves for r in range(2)]
         for r in range(4):
             width = joined[r].shape[0]

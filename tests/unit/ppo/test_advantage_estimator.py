@@ -137,13 +137,13 @@ def test_the_estimator_adds_turn_rewards_and_grpo_uses_episode_returns():
     est = build_estimator(_cfg(normalize_advantages=False))
     out = est(e)
     expected = compute_gae(
-        token_level_rewards(e.rewards, e.response_mask) + e.turn_rewards, e.old_values, e.response_mask, 1.0, 1.0
+        token_level_rewards(e.rewards, e.response_mask) + e.step_rewards, e.old_values, e.response_mask, 1.0, 1.0
     )
     assert torch.equal(out.advantages, expected[0])
     # Without the turn rewards the advantages differ (the negative control).
-    assert not torch.equal(est(e.replace(turn_rewards=torch.zeros_like(e.turn_rewards))).advantages, out.advantages)
+    assert not torch.equal(est(e.replace(step_rewards=torch.zeros_like(e.step_rewards))).advantages, out.advantages)
     grpo = build_estimator(_cfg(advantage_estimator="grpo", num_generations_per_prompt=2))(e)
-    returns = e.episode_returns  # 0.5 + 1.0 - 1.0 = 0.5 and -0.5
+    returns = e.total_rewards  # 0.5 + 1.0 - 1.0 = 0.5 and -0.5
     assert returns.tolist() == [0.5, -0.5]
     assert grpo.advantages[0, 2] > 0 > grpo.advantages[1, 1]
 

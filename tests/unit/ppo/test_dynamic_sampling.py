@@ -58,7 +58,8 @@ def test_build_group_filter_is_none_unless_enabled():
 def _scored(rewards: list[float], tag: int) -> tuple[Rollout, RewardBreakdown]:
     """A scored batch of groups of 2 whose problems are named (tag, row) and whose reward parts are the rewards."""
     batch = _batch(rewards, [0.0] * len(rewards))
-    scores = RewardBreakdown(torch.tensor(rewards), {"acc": list(rewards)}, torch.zeros(len(rewards), dtype=bool), {})
+    n = len(rewards)
+    scores = RewardBreakdown(torch.tensor(rewards), [()] * n, {"acc": list(rewards)}, torch.zeros(n, dtype=bool), {})
     return Rollout([(tag, i) for i in range(len(rewards))], batch, 0, {}), scores
 
 

@@ -122,7 +122,10 @@ def test_required_arguments_must_be_columns(user_file):
     [
         ("raises", "raised ValueError: boom (on a chunk of samples 10..12)"),
         ("short", "returned 1 scores for 3 samples"),
-        ("text_score", "returned 'high' (str), not a number or None for sample 10 (prompt 'p0')"),
+        (
+            "text_score",
+            "returned 'high' (str), not a number, None or a list of (end, reward) for sample 10 (prompt 'p0')",
+        ),
         ("nan_second", "returned nan for sample 11 (prompt 'p1')"),
         ("inf_first", "returned inf for sample 10"),
     ],

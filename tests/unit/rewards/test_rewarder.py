@@ -11,8 +11,10 @@ from dtppo.rewards.rewarder import RewardBreakdown, concat_breakdowns, failure_c
 
 def test_reward_breakdowns_concatenate_and_select_rows():
     failed = torch.tensor([False, False, True])
-    a = RewardBreakdown(torch.tensor([1.0, 0.0]), {"acc": [1.0, 0.0], "fmt": [None, 1.0]}, failed[:2], _counts(1, 0))
-    b = RewardBreakdown(torch.tensor([0.0]), {"acc": [None], "fmt": [None]}, failed[2:], _counts(0, 1))
+    a = RewardBreakdown(
+        torch.tensor([1.0, 0.0]), [(), ()], {"acc": [1.0, 0.0], "fmt": [None, 1.0]}, failed[:2], _counts(1, 0)
+    )
+    b = RewardBreakdown(torch.tensor([0.0]), [()], {"acc": [None], "fmt": [None]}, failed[2:], _counts(0, 1))
     both = concat_breakdowns([a, b])
     assert both.total.tolist() == [1.0, 0.0, 0.0] and both.failed.tolist() == failed.tolist()
     kept = both.take([1, 2])
@@ -43,7 +45,7 @@ def test_reward_columns_carry_every_column_and_the_reference_as_answer():
 def test_a_breakdown_with_no_scored_sample_has_no_part_means():
     failed = torch.tensor([True, True])
     counts = {"crashed_chunks": 1, "timed_out_chunks": 0, "raised_chunks": 0, "out_of_memory_chunks": 0}
-    nothing = RewardBreakdown(torch.zeros(2), {"acc": [None, None]}, failed, counts | {"failed_samples": 2})
+    nothing = RewardBreakdown(torch.zeros(2), [(), ()], {"acc": [None, None]}, failed, counts | {"failed_samples": 2})
     assert nothing.means() == counts | {"failed_samples": 2}
 
 
