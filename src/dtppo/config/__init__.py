@@ -1,5 +1,6 @@
 """Configuration: the typed, frozen tree whose sections check their own fields (``schema``; one module per kind of
-section: ``models``, ``optim``, ``generation``, ``policy``, ``value``, ``ppo``, ``loss``, ``inputs``, ``run``),
+section: ``models``, ``optim``, ``generation``, ``policy``, ``value``, ``ppo``, ``loss``, ``inputs``, ``reward``,
+``run``),
 recipes to Config (``loading``, old key names through ``renames``), the rules spanning sections (``checks``).
 Standard library and PyYAML only: what a recipe names outside itself (files, models, packages, code) is checked
 by ``dtppo.launch.preflight``."""
@@ -12,8 +13,6 @@ from dtppo.config.inputs import (
     DataConfig,
     DatasetConfig,
     EnvConfig,
-    RewardConfig,
-    RewardModelConfig,
     SFTConfig,
     TinyMathConfig,
 )
@@ -30,6 +29,7 @@ from dtppo.config.ppo import (
     ValidationConfig,
 )
 from dtppo.config.renames import RENAMES
+from dtppo.config.reward import ProcessModelConfig, RewardConfig, RewardModelConfig
 from dtppo.config.rules import ConfigError
 from dtppo.config.run import (
     CheckpointingConfig,
@@ -71,6 +71,7 @@ __all__ = [
     "OptimizerConfig",
     "OverlongShapingConfig",
     "PPOConfig",
+    "ProcessModelConfig",
     "ParallelConfig",
     "RENAMES",
     "PolicyConfig",

@@ -72,9 +72,10 @@ def _check_reward(cfg: Config) -> None:
         f"needs one weight per reward function ({len(reward.functions)}), got {len(reward.weights)}",
     )
     require(
-        bool(reward.functions) or reward.model.path is not None,
+        bool(reward.functions) or reward.model.path is not None or reward.process_model.path is not None,
         "reward.functions",
-        f"data.task {cfg.data.task} has no verifier: name at least one reward function, or reward.model.path",
+        f"data.task {cfg.data.task} has no verifier: name at least one reward function, reward.model.path or "
+        "reward.process_model.path",
     )
     builtin = reward.accuracy_from is not None and reward.accuracy_from in BUILTINS
     require(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import json
 import keyword
 import textwrap
 import types
@@ -68,7 +69,9 @@ def default_text(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(default_text(v) for v in value) + "]"
     if isinstance(value, str):
-        return value if value else '""'
+        # a newline, an edge space or nothing at all shows quoted, as YAML needs it
+        plain = value and value.isprintable() and value.strip() == value
+        return value if plain else json.dumps(value, ensure_ascii=False)
     return repr(value)
 
 

@@ -12,11 +12,12 @@ from typing import Literal
 
 BUILTINS = ("gsm8k", "math", "arithmetic_steps", "arithmetic_first_error")
 MODEL_NAME = "model"  # the learned reward model's metric name (train/reward/model): no function may take it
+PROCESS_MODEL_NAME = "process_model"  # the process reward model's (train/reward/process_model)
 # How a chunk of samples can fail to be scored (rewards.failures); each is counted as train/reward/<kind>_chunks.
 FAILURE_KINDS = ("crashed", "timed_out", "raised", "out_of_memory")
 FAILED_SAMPLES_NAME = "failed_samples"  # train/reward/failed_samples: the samples of the failed chunks
 # Metric names dtppo logs under train/reward/ itself: no reward function may take one.
-RESERVED_NAMES = (MODEL_NAME, *(f"{kind}_chunks" for kind in FAILURE_KINDS), FAILED_SAMPLES_NAME)
+RESERVED_NAMES = (MODEL_NAME, PROCESS_MODEL_NAME, *(f"{kind}_chunks" for kind in FAILURE_KINDS), FAILED_SAMPLES_NAME)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,11 @@
 """The typed, frozen configuration tree: ``Config``, one dataclass field per recipe section, and its derived values.
 
 The sections live by what they describe, one module per kind: ``models`` (weights, adapters, layouts), ``optim``,
-``generation``, ``policy``, ``value``, ``ppo``, ``loss``, ``inputs`` (data, SFT, rewards) and ``run`` (logging,
-trackers, checkpoints, cluster); each has a
-docstring under every field and checks its own fields when it is built (``__post_init__``), naming the field
-relative to itself; ``loading`` prefixes the section's dotted path, so a recipe's error names the full key. Rules
-that span sections are ``checks``'. Schedules with ``total_steps: null`` get their stage's length when the Config
-is built (``Config.__post_init__``).
+``generation``, ``policy``, ``value``, ``ppo``, ``loss``, ``inputs`` (data, SFT, the environment), ``reward`` and
+``run`` (logging, trackers, checkpoints, cluster); each has a docstring under every field and checks its own fields
+when it is built (``__post_init__``), naming the field relative to itself; ``loading`` prefixes the section's dotted
+path, so a recipe's error names the full key. Rules that span sections are ``checks``'. Schedules with
+``total_steps: null`` get their stage's length when the Config is built (``Config.__post_init__``).
 """
 
 from __future__ import annotations
@@ -20,13 +19,13 @@ from dtppo.config.inputs import (
     TASK_VERIFIERS,
     DataConfig,
     EnvConfig,
-    RewardConfig,
     SFTConfig,
 )
 from dtppo.config.loss import LossConfig
 from dtppo.config.models import ModelConfig
 from dtppo.config.policy import PolicyConfig
 from dtppo.config.ppo import PPOConfig
+from dtppo.config.reward import RewardConfig
 from dtppo.config.run import CheckpointingConfig, ClusterConfig, ExportConfig, LoggerConfig
 from dtppo.config.value import ValueConfig
 

@@ -29,16 +29,31 @@ Conversation = list[dict]
 
 
 @contextmanager
-def _named_key() -> Iterator[None]:
-    """Prefix a loading failure's one line (it names the path) with the config key."""
+def named_key(key: str) -> Iterator[None]:
+    """Prefix a loading failure's one line (it names the path) with the config key ``key``."""
     try:
         yield
     except InputError as err:
-        raise InputError(f"{KEY}: {err}") from err
+        raise InputError(f"{key}: {err}") from err
 
 
-def _refuse(path: str, why: str) -> InputError:
-    return InputError(f"{KEY}: {path}: {why}")
+def refusal(key: str, path: str, why: str) -> InputError:
+    return InputError(f"{key}: {path}: {why}")
+
+
+def checked_directory(key: str, path: str | None, model: str, form: str) -> str:
+    """``path`` (the value of config key ``key``) when it is a local directory with safetensors weights, checked
+    before anything is loaded; ``model`` ("a reward model") and ``form`` (what its directory is) word the
+    refusals."""
+    if path is None:
+        raise InputError(f"{key} is not set")
+    directory = Path(path)
+    if not directory.is_dir():
+        raise refusal(key, path, f"not a directory ({model} is {form})")
+    refused = weights_refusal(directory, model)
+    if refused is not None:
+        raise refusal(key, path, refused)
+    return path
 
 
 def encode_conversations(
@@ -92,32 +107,37 @@ class RewardModel:
 
     def __init__(self, cfg: RewardModelConfig, device: torch.device):
         self.cfg, self.device = cfg, device
-        path = _check_directory(cfg.path)
-        with _named_key(), loading_from(path):
+        path = checked_directory(KEY, cfg.path, "a reward model", "a local HF sequence-classification directory")
+        with named_key(KEY), loading_from(path):
             config = AutoConfig.from_pretrained(path)
         if config.num_labels != 1:
-            raise _refuse(
-                path, f"a reward model has num_labels=1 (one score), this config has num_labels={config.num_labels}"
+            raise refusal(
+                KEY,
+                path,
+                f"a reward model has num_labels=1 (one score), this config has num_labels={config.num_labels}",
             )
-        with _named_key():
+        with named_key(KEY):
             self.tokenizer = load_tokenizer(path)
         if not self.tokenizer.chat_template:
-            raise _refuse(path, "its tokenizer has no chat template, so conversations cannot be rendered for it")
+            raise refusal(KEY, path, "its tokenizer has no chat template, so conversations cannot be rendered for it")
         # Any pad id works (the last real token comes from the mask), but one must exist to fill a batch.
         # load_tokenizer already falls back to the EOS token, so this fails only when both are missing.
         pad_id = self.tokenizer.pad_token_id
         self.pad_id = pad_id if pad_id is not None else config.pad_token_id
         if self.pad_id is None:
-            raise _refuse(
-                path, "neither its config (pad_token_id) nor its tokenizer (pad or eos token) names a padding token"
+            raise refusal(
+                KEY,
+                path,
+                "neither its config (pad_token_id) nor its tokenizer (pad or eos token) names a padding token",
             )
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        with _named_key(), loading_from(path):
+        with named_key(KEY), loading_from(path):
             model = AutoModelForSequenceClassification.from_pretrained(
                 path, config=config, use_safetensors=True, dtype=dtype
             )
         if not isinstance(getattr(model, "score", None), torch.nn.Linear):
-            raise _refuse(
+            raise refusal(
+                KEY,
                 path,
                 f"{type(model).__name__} has no linear `score` head read at the last token "
                 "(a decoder reward model, as TRL and OpenRLHF train them)",
@@ -137,16 +157,3 @@ class RewardModel:
             out = last_token_scores(self.model, ids.to(self.device), mask.to(self.device), last)
             scores.append(out.float().cpu())
         return torch.cat(scores)
-
-
-def _check_directory(path: str | None) -> str:
-    """``path`` when it is a local directory with safetensors weights, checked before anything is loaded."""
-    if path is None:
-        raise InputError(f"{KEY} is not set")
-    directory = Path(path)
-    if not directory.is_dir():
-        raise _refuse(path, "not a directory (a reward model is a local HF sequence-classification directory)")
-    refusal = weights_refusal(directory, "a reward model")
-    if refusal is not None:
-        raise _refuse(path, refusal)
-    return path

@@ -1,5 +1,6 @@
 """The total reward of a batch: the weighted reward functions (run in the scoring pool) plus the learned reward
-model (run in this rank's process, on its device), with each part's scores kept for the metrics."""
+model and the process reward model (run in this rank's process, on its device), with each part's scores kept for
+the metrics."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from dataclasses import dataclass
 import torch
 
 from dtppo.config import RewardConfig
-from dtppo.config.reward_spec import BUILTINS, FAILED_SAMPLES_NAME, FAILURE_KINDS, MODEL_NAME, parse_spec
+from dtppo.config.reward_spec import (
+    BUILTINS,
+    FAILED_SAMPLES_NAME,
+    FAILURE_KINDS,
+    MODEL_NAME,
+    PROCESS_MODEL_NAME,
+    parse_spec,
+)
 from dtppo.data.chat import conversation
 from dtppo.data.problem import Problem
 from dtppo.rewards.failures import ChunkFailure, FailureBudget
@@ -108,8 +116,9 @@ def check_reward_arguments(functions: tuple[str, ...], problems: list[Problem]) 
 
 class Rewarder:
     """Scores a batch: ``reward.functions`` (weights ``reward.weights``), the accuracy verifier when it is not among
-    them (weight 0: for ``validation/accuracy``), and the RM at ``reward.model.path``, which reads each prompt with
-    ``system_prompt`` (``data.system_prompt``) as the policy did. ``backend``: ``cluster.backend``, where the
+    them (weight 0: for ``validation/accuracy``), the RM at ``reward.model.path`` and the PRM at
+    ``reward.process_model.path``, which read each prompt with ``system_prompt`` (``data.system_prompt``) as the
+    policy did. ``backend``: ``cluster.backend``, where the
     functions run (``RewardScorer``); ``device``: the RM's. Its ``budget`` counts the failed chunks of each step
     (``failures.FailureBudget``)."""
 
@@ -130,6 +139,11 @@ class Rewarder:
             from dtppo.rewards.model import RewardModel
 
             self.model = RewardModel(reward.model, device)
+        self.process_model, self.process_weight = None, reward.process_model.weight
+        if reward.process_model.path is not None:
+            from dtppo.rewards.process_model import ProcessRewardModel
+
+            self.process_model = ProcessRewardModel(reward.process_model, system_prompt, device)
 
     def score(self, problems: list[Problem], completions: list[str]) -> RewardBreakdown:
         """The reward of each (problem, completion) pair: completions are the generated texts, given to the
@@ -149,6 +163,9 @@ class Rewarder:
             ]
             scores[MODEL_NAME] = self.model.score(conversations).tolist()
             weighted.append((self.model_weight, scores[MODEL_NAME]))
+        if self.process_model is not None:
+            scores[PROCESS_MODEL_NAME] = self.process_model.score(prompts, completions)
+            weighted.append((self.process_weight, scores[PROCESS_MODEL_NAME]))
         outcome, steps = weighted_parts(weighted, scored.failed)
         failed = torch.tensor(scored.failed, dtype=torch.bool)
         return RewardBreakdown(outcome, steps, scores, failed, failure_counts(scored.failures, int(failed.sum())))

@@ -1,5 +1,5 @@
-"""The input sections (``dtppo.config.inputs``): data, SFT, rewards and the environment refuse a bad value naming its
-key."""
+"""The input sections (``dtppo.config.inputs``): data, SFT and the environment refuse a bad value naming its key
+(the reward's: test_reward.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from tests.support.bad_configs import assert_refused, ids
 BAD = [
     ("bad choice", ["data.on_bad_row=ignore"], "data.on_bad_row"),
     ("learning rate", ["sft.careless_stage.lr=0"], "sft.careless_stage.lr"),
-    ("range", ["reward.timeout_s=0"], "reward.timeout_s"),
-    ("range", ["reward.timeout_s=.inf"], "reward.timeout_s"),
     ("range", ["data.max_prompt_tokens=0"], "data.max_prompt_tokens"),
     ("range", ["data.tiny_math.min_ops=3"], "data.tiny_math.min_ops"),
     ("range", ["data.tiny_math.hard_fraction=1.5"], "data.tiny_math.hard_fraction"),
