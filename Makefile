@@ -64,7 +64,7 @@ reliability: $(STAMP)
 # and writes bench/results/<kind>/*.json whose rows carry the command that reproduces them. Not in `make test`.
 # Speed and memory (minutes each): every script of bench/perf/.
 BENCH_PERF := vllm_rollout sampling train_flops scaling parity async_ppo
-BENCH_PERF += memory memory_vocab memory_features memory_lora
+BENCH_PERF += memory memory_vocab memory_features memory_lora reward_phase
 
 bench: $(STAMP)
 	@for name in $(BENCH_PERF); do echo "== bench.perf.$$name"; $(PY) -m bench.perf.$$name || exit 1; done

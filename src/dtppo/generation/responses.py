@@ -53,8 +53,13 @@ def token_char_ends(
     decoding each of its prefixes."""
     pieces, lengths = _vocabulary_pieces(tokenizer)
     ends = torch.where(mask, lengths[ids], 0).cumsum(dim=1)
-    for r, (row, keep, text) in enumerate(zip(ids.tolist(), mask.tolist(), texts)):
-        row = [t for t, k in zip(row, keep) if k]
+    counts, flat = mask.sum(1).tolist(), ids[mask].tolist()
+    # Every row's pieces make its text when the rows' lengths agree and so do all rows' texts joined: one check
+    if ends[:, -1].tolist() == [len(t) for t in texts] and "".join([pieces[t] for t in flat]) == "".join(texts):
+        return ends
+    start = 0
+    for r, (count, text) in enumerate(zip(counts, texts)):
+        row, start = flat[start : start + count], start + count
         if "".join([pieces[t] for t in row]) != text:
             prefixes = tokenizer.batch_decode([row[: k + 1] for k in range(len(row))], skip_special_tokens=True)
             exact = torch.cummax(torch.tensor([len(p) for p in prefixes], dtype=torch.long), 0).values
@@ -94,16 +99,19 @@ def place_steps(
     if not rows:
         return rewards, marks
     index = torch.tensor(rows, dtype=torch.long)
-    ends = token_char_ends(tokenizer, experience.input_ids[index], mask[index], [texts[b] for b in rows])
-    # the steps as [R, K], each row's own first (a step's end is at most its text's length, the row's last end)
-    counts = torch.tensor([len(steps[b]) for b in rows])
-    flat = torch.tensor([pair for b in rows for pair in steps[b]], dtype=torch.float64)  # [S, 2]: end, reward
-    local = torch.repeat_interleave(torch.arange(len(rows)), counts)
-    slot = torch.arange(len(flat)) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    at = torch.zeros(len(rows), int(counts.max()), dtype=torch.long)
-    at[local, slot] = flat[:, 0].long()
-    token = torch.searchsorted(ends, at, side="left")[local, slot].clamp(max=mask.shape[1] - 1)
-    rewards.index_put_((index[local], token), flat[:, 1].float(), accumulate=True)
+    if len(rows) == len(steps):  # every row has a step: no copies
+        ends = token_char_ends(tokenizer, experience.input_ids, mask, texts)  # [R, T]
+    else:
+        ends = token_char_ends(tokenizer, experience.input_ids[index], mask[index], [texts[b] for b in rows])
+    local = torch.tensor([r for r, b in enumerate(rows) for _ in steps[b]])  # [S]: each step's row in ``rows``
+    at = torch.tensor([end for b in rows for end, _ in steps[b]])  # [S]
+    values = torch.tensor([reward for b in rows for _, reward in steps[b]])  # [S] float32
+    # One search over all rows: row r's ends shifted by r * span stay sorted (an end is at most its text's
+    # length, the row's last end, below span), so a step's token is its position less the rows before it.
+    span = int(ends[:, -1].max()) + 1
+    shifted = (ends + torch.arange(len(rows))[:, None] * span).flatten()
+    token = torch.searchsorted(shifted, at + local * span, side="left") - local * ends.shape[1]
+    rewards.index_put_((index[local], token), values, accumulate=True)
     marks[index[local], token] = 1.0
     return rewards, marks
 

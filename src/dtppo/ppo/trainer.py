@@ -12,8 +12,7 @@ import torch
 from dtppo.checkpoint import store
 from dtppo.config import Config, batch_clamp_notes
 from dtppo.data.loader import PromptLoader, build_sources
-from dtppo.distributed.comm import broadcast, broadcast_object, is_main_rank
-from dtppo.generation.responses import decode_responses, place_steps
+from dtppo.distributed.comm import broadcast_object, is_main_rank
 from dtppo.models.description import describe_models
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.observability.logger import MetricsLogger
@@ -23,6 +22,7 @@ from dtppo.observability.trackers import TrackerRuns
 from dtppo.ppo.advantage_estimator import build_estimator
 from dtppo.ppo.critic_warmup import CriticWarmup, critic_fit, defined_ev
 from dtppo.ppo.dynamic_sampling import build_group_filter
+from dtppo.ppo.reward_phase import score_batch, shared, with_rewards
 from dtppo.ppo.rollouts import Rollout, ScoredBatch, build_rollouts
 from dtppo.ppo.sample_filters import filter_samples, overlong_penalties
 from dtppo.ppo.step_metrics import timing_metrics, train_metrics
@@ -171,34 +171,13 @@ class PPOTrainer:
 
     def _rewarded(self, rollout: Rollout) -> tuple[Rollout, RewardBreakdown | None]:
         """``rollout`` with its rewards (overlong shaping included) on every rank; the reward parts on rank 0, None
-        elsewhere. A sample whose reward chunk failed leaves training (``sample_mask``): no reward is known for it."""
-        experience = rollout.experience
-        rewards, failed, scored = torch.zeros(experience.batch_size), torch.zeros(experience.batch_size), None
-        stepped, texts = torch.zeros(experience.batch_size), []
+        elsewhere (``reward_phase``)."""
+        scored, rewards = None, None
         if self.rewarder is not None:
-            texts = decode_responses(self.tokenizer, experience)
-            scored = self.rewarder.score(rollout.problems, texts)
-            rewards, failed = scored.outcome, scored.failed.float()
-            stepped = torch.tensor([float(bool(s)) for s in scored.steps])
-        rewards, failed, stepped = broadcast(torch.stack([rewards, failed, stepped]))
-        experience = experience.replace(rewards=rewards + overlong_penalties(experience, self.cfg))
-        if stepped.any():
-            experience = self._with_steps(experience, scored, texts)
-        if failed.any():
-            experience = experience.replace(sample_mask=1.0 - failed)
+            scored, rewards = score_batch(self.rewarder, self.tokenizer, rollout.experience, rollout.problems)
+        penalties = overlong_penalties(rollout.experience, self.cfg)
+        experience = with_rewards(rollout.experience, shared(rewards, rollout.experience), penalties)
         return dataclasses.replace(rollout, experience=experience), scored
-
-    def _with_steps(self, experience: Experience, scored: RewardBreakdown | None, texts: list[str]) -> Experience:
-        """``experience`` with the reward functions' step rewards on their tokens (rank 0 places them, in the
-        ``texts`` it scored), added to an episode's turn rewards."""
-        placed = torch.zeros(2, *experience.response_mask.shape)
-        if scored is not None:
-            placed = torch.stack(place_steps(self.tokenizer, experience, scored.steps, texts))
-        step_rewards, step_mask = broadcast(placed)
-        if experience.step_rewards is not None:
-            step_rewards = experience.step_rewards + step_rewards
-            step_mask = torch.maximum(experience.step_mask, step_mask)
-        return experience.replace(step_rewards=step_rewards, step_mask=step_mask)
 
     def _valued(self, rollout: Rollout) -> Rollout:
         """``rollout`` with the critic's values of its tokens (``old_values``)."""

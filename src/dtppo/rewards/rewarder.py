@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
+from operator import itemgetter
 
 import torch
 
@@ -74,10 +75,17 @@ def weighted_parts(weighted: list[tuple[float, Scores]], failed: list[bool]) -> 
     each sample (nothing for a failed one)."""
     outcome, steps = [], []
     for i, lost in enumerate(failed):
-        parts = [(w, part[i]) for w, part in weighted if part[i] is not None and not lost]
-        outcome.append(sum(w * s for w, s in parts if not isinstance(s, tuple)))
-        merged = [(end, w * r) for w, s in parts if isinstance(s, tuple) for end, r in s]
-        steps.append(tuple(sorted(merged, key=lambda pair: pair[0])))
+        total, merged = 0.0, []
+        for w, part in weighted if not lost else ():
+            score = part[i]
+            if type(score) is tuple:
+                merged += [(end, w * r) for end, r in score]
+            elif score is not None:
+                total += w * score
+        if len(merged) > 1:
+            merged.sort(key=itemgetter(0))  # stable: steps ending together keep their parts' order
+        outcome.append(total)
+        steps.append(tuple(merged))
     return torch.tensor(outcome, dtype=torch.float32), steps
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import torch
 
 from dtppo.algorithms.advantages import (
-    GRPO_STD_EPS,
     compute_gae,
     group_normalized_advantages,
     process_supervised_advantages,
     token_level_rewards,
 )
+from tests.support.advantage_references import reference_gae_returns, reference_process
 
 POISON = 1.0e4
 # Two prompts x G = 3, width 7. Responses at columns 1..5 with different lengths; 0 and the tail are prompt or pad.
@@ -40,26 +40,7 @@ def _steps() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _reference_process(sample_mask: list[int] | None = None, later: bool = True) -> torch.Tensor:
-    """DeepSeekMath §4.1.3 in float64: a group's steps (each sample's marked tokens and its outcome at its last
-    token), normalised by their mean and Bessel std (+ eps), each token the sum of its sample's later steps."""
-    out = torch.zeros(MASK.shape, dtype=torch.float64)
-    for g in range(2):
-        steps = []  # (row, token, reward)
-        for b in range(3 * g, 3 * g + 3):
-            if sample_mask is not None and not sample_mask[b]:
-                continue
-            last = max(t for t in range(MASK.shape[1]) if MASK[b, t])
-            on_token = {t: r for (row, t), r in STEPS.items() if row == b}
-            on_token[last] = on_token.get(last, 0.0) + float(OUTCOME[b])
-            steps += [(b, t, r) for t, r in on_token.items()]
-        values = torch.tensor([r for _, _, r in steps], dtype=torch.float64)
-        mean, std = values.mean(), values.std(unbiased=True)
-        for b, t, r in steps:
-            normalised = (r - mean) / (std + GRPO_STD_EPS)
-            for u in range(t + 1) if later else range(t, MASK.shape[1]):
-                if MASK[b, u]:
-                    out[b, u] += normalised
-    return out
+    return reference_process(MASK, OUTCOME, STEPS, 3, sample_mask, later)
 
 
 def test_process_supervision_matches_the_reference_loop():
@@ -90,25 +71,11 @@ def test_the_reference_tells_later_steps_from_earlier_ones():
     assert not torch.allclose(got, _reference_process(later=False), atol=1e-3)
 
 
-def _reference_gae(token_rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
-    """Schulman et al. 2016 over each row's valid tokens in float64 (V after the last is 0): the returns."""
-    returns = torch.zeros(MASK.shape, dtype=torch.float64)
-    for b in range(MASK.shape[0]):
-        tokens = [t for t in range(MASK.shape[1]) if MASK[b, t]]
-        advantage, next_value = 0.0, 0.0
-        for t in reversed(tokens):
-            delta = float(token_rewards[b, t]) + gamma * next_value - float(values[b, t])
-            advantage = delta + gamma * lam * advantage
-            returns[b, t] = advantage + float(values[b, t])
-            next_value = float(values[b, t])
-    return returns
-
-
 def test_gae_with_step_rewards_matches_the_reference_loop():
     rewards, mask = _steps()
     values = torch.linspace(-0.5, 0.5, MASK.numel()).reshape(MASK.shape)
     token_rewards = token_level_rewards(OUTCOME, MASK) + torch.where(mask.bool(), rewards, 0.0)
     for gamma, lam in [(1.0, 1.0), (0.9, 0.95)]:
         _, returns = compute_gae(token_rewards, values, MASK, gamma, lam)
-        expected = _reference_gae(token_rewards.double(), values.double(), gamma, lam)
+        expected = reference_gae_returns(token_rewards.double(), values.double(), MASK, gamma, lam)
         torch.testing.assert_close(returns.double() * MASK, expected, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,134 @@
+"""What step rewards cost in the reward phase of the tiny recipe: the phase as the trainer runs it
+(``ppo.reward_phase.score_batch``: decode, score, place the steps) on 64 answers written as the SFT data writes
+them (tiny_math's worked solutions, character tokens), with the recipe's 2 scoring processes and in-process. Two
+pairs of arms, each pair interleaved call by call, medians shown: the verifier's score as an outcome against the
+same score as a step at the answer's end (the mechanism's cost: checking, merging and placing steps; goal at most
+1.1x), and the verifier alone against the verifier with ``arithmetic_steps`` (what a step scorer adds by its own
+work). Writes bench/results/perf/reward_phase.json.
+
+    python -m bench.perf.reward_phase [--calls 200] [--workers 2 0] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+
+import torch
+
+from bench.common.paths import PERF, REPO
+from bench.common.record import command_line, write_record
+from dtppo.config import load
+from dtppo.data.tiny_math import make_problem
+from dtppo.models.tokenizer import build_char_tokenizer
+from dtppo.ppo.reward_phase import score_batch
+from dtppo.rewards.rewarder import Rewarder
+from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
+from dtppo.types import Experience
+
+GOAL = 1.10  # the same reward as a step at most this many times the phase with it as an outcome
+HERE = REPO / "bench" / "perf" / "reward_phase.py"
+ARMS = {
+    "outcome": ([f"{HERE}:verifier_outcome", "gsm8k"], [1.0, 0.0]),
+    "the same as a step": ([f"{HERE}:verifier_step", "gsm8k"], [1.0, 0.0]),
+    "verifier": (["gsm8k"], [1.0]),
+    "verifier + arithmetic_steps": (["gsm8k", "arithmetic_steps"], [1.0, 0.5]),
+}
+
+PAIRS = (("outcome", "the same as a step"), ("verifier", "verifier + arithmetic_steps"))
+
+
+def verifier_outcome(completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    return [gsm8k_reward(c, a) for c, a in zip(completions, answer)]
+
+
+def verifier_step(completions: list[str], answer: list[str], **kwargs) -> list[list[tuple[int, float]]]:
+    return [[(len(c), gsm8k_reward(c, a))] if c else [] for c, a in zip(completions, answer)]
+
+
+def batch(recipe) -> tuple[Experience, list]:
+    """64 problems and their worked solutions as responses (cut at max_new_tokens), after a fixed prompt."""
+    tok, rng = build_char_tokenizer(), random.Random(0)
+    problems = [make_problem(rng, recipe.data.tiny_math) for _ in range(recipe.ppo.num_prompts_per_step)]
+    prompt, width = 24, recipe.policy.generation.max_new_tokens
+    ids = torch.full((len(problems), prompt + width), tok.pad_token_id)
+    response = torch.zeros(ids.shape)
+    for b, p in enumerate(problems):
+        answer = tok.encode(p.solution, add_special_tokens=False)[:width]
+        ids[b, :prompt] = 5
+        ids[b, prompt : prompt + len(answer)] = torch.tensor(answer)
+        response[b, prompt : prompt + len(answer)] = 1.0
+    attention = (ids != tok.pad_token_id).long()
+    return Experience(
+        ids, attention, response, torch.zeros(ids.shape), torch.zeros(len(problems), dtype=torch.bool)
+    ), problems
+
+
+def phase_times(arms: tuple[str, ...], workers: int, calls: int) -> dict[str, list[float]]:
+    """Seconds per reward phase of each of ``arms``, called in turn ``calls`` times after 10 warm-up rounds (only
+    their scoring processes alive: other arms' would compete for the cores)."""
+    recipe = load(str(REPO / "recipes" / "tiny-math-cpu.yaml"), [])
+    experience, problems = batch(recipe)
+    tok = build_char_tokenizer()
+    rewarders = {}
+    for name in arms:
+        functions, weights = ARMS[name]
+        overrides = [f"reward.functions=[{', '.join(functions)}]", f"reward.weights={weights}"]
+        cfg = load(str(REPO / "recipes" / "tiny-math-cpu.yaml"), [*overrides, f"reward.num_workers={workers}"])
+        rewarders[name] = Rewarder(cfg.reward, None, cfg.cluster.backend, None)
+    times = {name: [] for name in arms}
+    try:
+        for call in range(calls + 10):
+            for name, rewarder in rewarders.items():
+                start = time.perf_counter()
+                score_batch(rewarder, tok, experience, problems)
+                if call >= 10:
+                    times[name].append(time.perf_counter() - start)
+    finally:
+        for rewarder in rewarders.values():
+            rewarder.close()
+    return times
+
+
+def rows_of(times: dict[str, list[float]], workers: int, command: str) -> list[dict]:
+    """One row per arm; the second of the pair carries its ratio to the first (and the goal, for the step form)."""
+    (base, base_times), (name, arm_times) = times.items()
+    median = {base: statistics.median(base_times), name: statistics.median(arm_times)}
+    rows = [{"workers": workers, "arm": n, "ms_median": 1e3 * m, "command": command} for n, m in median.items()]
+    rows[1]["ratio"] = median[name] / median[base]
+    if base == "outcome":
+        rows[1] |= {"goal": GOAL, "meets_goal": rows[1]["ratio"] <= GOAL}
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 0])
+    parser.add_argument("--out", default=str(PERF / "reward_phase.json"))
+    args = parser.parse_args()
+    command, load_before, rows = command_line(), os.getloadavg(), []
+    print(f"reward phase of the tiny recipe, 64 answers; medians of {args.calls} calls per arm, interleaved")
+    print(f"{'scoring processes':<19}{'arm':<30}{'ms':>8}{'ratio':>8}")
+    for workers in args.workers:
+        for pair in PAIRS:
+            for row in rows_of(phase_times(pair, workers, args.calls), workers, command):
+                ratio = f"{row['ratio']:>8.3f}" if "ratio" in row else ""
+                print(f"{workers:<19}{row['arm']:<30}{row['ms_median']:>8.2f}{ratio}")
+                rows.append(row)
+    meta = {
+        "args": vars(args),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "shared_machine": True,
+    }
+    write_record(args.out, {"meta": meta, "rows": rows}, command, indent=2)
+
+
+if __name__ == "__main__":
+    main()

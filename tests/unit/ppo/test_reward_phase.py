@@ -1,0 +1,50 @@
+"""The reward phase's tensors (``ppo.reward_phase``): no step tensors when no sample has a step, a batch's steps
+added to an episode's turn rewards, the failed samples out of training, the overlong penalties on the outcome."""
+
+import torch
+
+from dtppo.models.tokenizer import build_char_tokenizer
+from dtppo.ppo.reward_phase import BatchRewards, score_batch, shared, with_rewards
+from dtppo.rewards.rewarder import RewardBreakdown
+from dtppo.types import Experience
+
+B, T = 3, 6
+
+
+def _experience(**fields) -> Experience:
+    ids = torch.full((B, T), 10)
+    mask = torch.zeros(B, T)
+    mask[:, 2:5] = 1.0
+    plain = Experience(
+        ids, torch.ones(B, T, dtype=torch.long), mask, torch.zeros(B, T), torch.zeros(B, dtype=torch.bool)
+    )
+    return plain.replace(**fields)
+
+
+class Fixed:
+    def __init__(self, steps):
+        self.steps = steps
+
+    def score(self, problems, texts):
+        return RewardBreakdown(torch.ones(B), self.steps, {}, torch.tensor([False, True, False]), {})
+
+
+def test_no_step_in_the_batch_means_no_step_tensors():
+    scored, rewards = score_batch(Fixed([(), (), ()]), build_char_tokenizer(), _experience(), [None] * B)
+    assert rewards.steps is None and rewards.failed.tolist() == [0.0, 1.0, 0.0]
+    assert shared(rewards, _experience()).steps is None  # one process: rank 0's own
+    out = with_rewards(_experience(), rewards, torch.tensor([0.0, -0.5, 0.0]))
+    assert out.step_rewards is None and out.rewards.tolist() == [1.0, 0.5, 1.0]
+    assert out.sample_mask.tolist() == [1.0, 0.0, 1.0]
+
+
+def test_a_batchs_steps_join_an_episodes_turn_rewards():
+    turns, turn_mask = torch.zeros(B, T), torch.zeros(B, T)
+    turns[0, 3], turn_mask[0, 3] = 2.0, 1.0
+    steps = torch.zeros(2, B, T)
+    steps[0, 0, 3], steps[1, 0, 3] = 0.5, 1.0
+    steps[0, 2, 2], steps[1, 2, 2] = -1.0, 1.0
+    rewards = BatchRewards(torch.zeros(B), torch.zeros(B), steps)
+    out = with_rewards(_experience(step_rewards=turns, step_mask=turn_mask), rewards, torch.zeros(B))
+    assert out.step_rewards[0, 3] == 2.5 and out.step_rewards[2, 2] == -1.0
+    assert out.step_mask.sum() == 2 and out.sample_mask is None
