@@ -6,6 +6,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -51,9 +52,15 @@ def token_char_ends(
     its tokens' piece lengths. A row whose pieces do not make its text (a character split over byte tokens, a
     tokenizer that strips a lone token's leading space, cleaned-up spaces) is measured exactly instead, by
     decoding each of its prefixes."""
+    return torch.from_numpy(_char_ends(tokenizer, ids.cpu().numpy(), mask.cpu().numpy().astype(bool), texts))
+
+
+def _char_ends(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, keep: np.ndarray, texts: list[str]) -> np.ndarray:
+    """``token_char_ends`` in NumPy, whose calls cost a few microseconds where a small tensor op costs ten or more:
+    this runs once per step on a batch of a few thousand tokens."""
     pieces, lengths = _vocabulary_pieces(tokenizer)
-    ends = torch.where(mask, lengths[ids], 0).cumsum(dim=1)
-    counts, flat = mask.sum(1).tolist(), ids[mask].tolist()
+    ends = np.where(keep, lengths[ids], 0).cumsum(axis=1)
+    counts, flat = keep.sum(1).tolist(), ids[keep].tolist()
     # Every row's pieces make its text when the rows' lengths agree and so do all rows' texts joined: one check
     if ends[:, -1].tolist() == [len(t) for t in texts] and "".join([pieces[t] for t in flat]) == "".join(texts):
         return ends
@@ -62,17 +69,16 @@ def token_char_ends(
         row, start = flat[start : start + count], start + count
         if "".join([pieces[t] for t in row]) != text:
             prefixes = tokenizer.batch_decode([row[: k + 1] for k in range(len(row))], skip_special_tokens=True)
-            exact = torch.cummax(torch.tensor([len(p) for p in prefixes], dtype=torch.long), 0).values
-            ends[r] = 0
-            ends[r, mask[r]] = exact
-            ends[r] = ends[r].cummax(0).values
+            exact = np.zeros(ids.shape[1], dtype=np.int64)
+            exact[keep[r]] = [len(p) for p in prefixes]
+            ends[r] = np.maximum.accumulate(exact)
     return ends
 
 
 _PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[list[str], torch.Tensor]:
+def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[list[str], np.ndarray]:
     """(each token id's text decoded alone, special tokens as "", and [vocabulary] int64 their lengths), once per
     tokenizer."""
     if tokenizer not in _PIECES:
@@ -80,7 +86,7 @@ def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[list[str], t
         backend = getattr(tokenizer, "backend_tokenizer", None)  # one call into the Rust tokenizer when there is one
         decode = backend.decode_batch if backend is not None else tokenizer.batch_decode
         pieces = decode(ids, skip_special_tokens=True)
-        _PIECES[tokenizer] = pieces, torch.tensor([len(p) for p in pieces], dtype=torch.long)
+        _PIECES[tokenizer] = pieces, np.array([len(p) for p in pieces], dtype=np.int64)
     return _PIECES[tokenizer]
 
 
@@ -92,28 +98,22 @@ def place_steps(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's step rewards (``(end, reward)`` pairs, ``end`` a character offset in its decoded response,
     ``texts``: ``decode_responses``) on the token holding character ``end − 1`` -> (rewards [B, T] float32, summed
-    where steps share a token; mask [B, T] float32, 1 on those tokens)."""
+    where steps share a token; mask [B, T] float32, 1 on those tokens), on the CPU."""
     mask = scored_tokens(experience)
-    rewards, marks = torch.zeros(mask.shape), torch.zeros(mask.shape)
-    rows = [b for b, s in enumerate(steps) if s]
-    if not rows:
-        return rewards, marks
-    index = torch.tensor(rows, dtype=torch.long)
-    if len(rows) == len(steps):  # every row has a step: no copies
-        ends = token_char_ends(tokenizer, experience.input_ids, mask, texts)  # [R, T]
-    else:
-        ends = token_char_ends(tokenizer, experience.input_ids[index], mask[index], [texts[b] for b in rows])
-    local = torch.tensor([r for r, b in enumerate(rows) for _ in steps[b]])  # [S]: each step's row in ``rows``
-    at = torch.tensor([end for b in rows for end, _ in steps[b]])  # [S]
-    values = torch.tensor([reward for b in rows for _, reward in steps[b]])  # [S] float32
-    # One search over all rows: row r's ends shifted by r * span stay sorted (an end is at most its text's
-    # length, the row's last end, below span), so a step's token is its position less the rows before it.
-    span = int(ends[:, -1].max()) + 1
-    shifted = (ends + torch.arange(len(rows))[:, None] * span).flatten()
-    token = torch.searchsorted(shifted, at + local * span, side="left") - local * ends.shape[1]
-    rewards.index_put_((index[local], token), values, accumulate=True)
-    marks[index[local], token] = 1.0
-    return rewards, marks
+    shape = mask.shape
+    if not any(steps):
+        return torch.zeros(shape), torch.zeros(shape)
+    ends = _char_ends(tokenizer, experience.input_ids.cpu().numpy(), mask.cpu().numpy(), texts)  # [B, T]
+    # One search over all rows: row b's ends shifted by b * span stay sorted (an end is at most its text's length,
+    # the row's last end, below span), and a step's target is its end shifted as its row is.
+    span = max(len(text) for text in texts) + 1
+    targets = np.array([end + b * span for b, row in enumerate(steps) for end, _ in row], dtype=np.int64)  # [S]
+    shifted = (ends + np.arange(shape[0])[:, None] * span).ravel()  # [B * T]
+    token = np.searchsorted(shifted, targets, side="left")  # [S]: b * T + the token holding character end - 1
+    rewards, marks = np.zeros(shape[0] * shape[1], dtype=np.float32), np.zeros(shape[0] * shape[1], dtype=np.float32)
+    np.add.at(rewards, token, np.array([reward for row in steps for _, reward in row], dtype=np.float32))
+    marks[token] = 1.0
+    return torch.from_numpy(rewards.reshape(shape)), torch.from_numpy(marks.reshape(shape))
 
 
 class Sampler(Protocol):
