@@ -56,6 +56,11 @@ def checked_directory(key: str, path: str | None, model: str, form: str) -> str:
     return path
 
 
+def template_text(tokenizer: PreTrainedTokenizerBase, conversation: Conversation) -> str:
+    """``conversation`` as text through a reward model's own chat template (not the policy's: ``data.chat``)."""
+    return tokenizer.apply_chat_template(conversation, tokenize=False)
+
+
 def encode_conversations(
     tokenizer: PreTrainedTokenizerBase, conversations: list[Conversation], max_length: int, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -67,7 +72,7 @@ def encode_conversations(
     """
     rows = []
     for conv in conversations:
-        text = tokenizer.apply_chat_template(conv, tokenize=False)
+        text = template_text(tokenizer, conv)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"][-max_length:]
         if not ids:
             raise ValueError("a conversation renders to no RM tokens; it has nothing to score")

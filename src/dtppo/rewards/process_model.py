@@ -23,7 +23,7 @@ from dtppo.models.loading import loading_from
 from dtppo.models.packing import needed_mask
 from dtppo.models.tokenizer import load_tokenizer
 from dtppo.rewards.functions import Steps
-from dtppo.rewards.model import checked_directory, named_key, refusal
+from dtppo.rewards.model import checked_directory, named_key, refusal, template_text
 
 KEY = "reward.process_model.path"
 
@@ -61,7 +61,7 @@ def rendered(
     completion."""
     if tokenizer.chat_template:
         messages = conversation(prompt, system_prompt) + [{"role": "assistant", "content": content}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        text = template_text(tokenizer, messages)
         start = text.rfind(content)
         if start < 0:
             raise ValueError("the PRM's chat template changes the completion's text, so its steps cannot be found")

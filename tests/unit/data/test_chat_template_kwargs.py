@@ -161,5 +161,5 @@ def test_one_call_renders_the_policys_chat_template():
         str(path.relative_to(REPO)): len(re.findall(r"\.apply_chat_template\(", path.read_text()))
         for path in (REPO / "src" / "dtppo").rglob("*.py")
     }
-    # data/chat.py: the policy's template, every rendering; rewards/model.py: a reward model's own template.
+    # data/chat.py: the policy's template, every rendering; rewards/model.py: a reward model's (or a PRM's) own.
     assert {path: n for path, n in calls.items() if n} == {"src/dtppo/data/chat.py": 1, "src/dtppo/rewards/model.py": 1}
