@@ -73,6 +73,7 @@ bench: $(STAMP)
 # each spec of bench/learning/ through its driver (`python -m bench.learning` lists them), --reuse keeping the runs
 # that an interrupted pass finished.
 EXPERIMENTS := "critic alignment" "critic grpo" "critic clean" "critic warmup" async_lag episodes lora warmup long_task
+EXPERIMENTS += critic_step_rewards
 
 experiments: $(STAMP)
 	$(PY) -m bench.learning.ev_ceiling recipes/tiny-math-cpu.yaml

@@ -9,7 +9,10 @@ from pathlib import Path
 
 from tests.support.recipes import REPO
 
-MODULE_LINES, CONFIG_MODULE_LINES, FUNCTION_LINES, BENCH_LINES = 450, 400, 60, 4650
+MODULE_LINES, CONFIG_MODULE_LINES, FUNCTION_LINES = 450, 400, 60
+# bench/ was 43 % of the library's Python when its experiments became specs on one driver (27 % after); peers keep
+# theirs at 1-7 %. It grows with the library's evidence, but no faster.
+BENCH_SHARE = 0.30
 
 
 def long_modules(root: Path) -> list[str]:
@@ -48,9 +51,13 @@ def test_modules_and_functions_stay_small():
     assert long_functions(REPO / "src") + long_functions(REPO / "bench") == []
 
 
+def python_lines(root: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in root.rglob("*.py"))
+
+
 def test_bench_stays_a_fraction_of_the_library_and_imports_nothing_from_tests():
-    lines = sum(len(p.read_text().splitlines()) for p in (REPO / "bench").rglob("*.py"))
-    assert lines <= BENCH_LINES, f"bench/ holds {lines} lines of Python (at most {BENCH_LINES})"
+    lines, library = python_lines(REPO / "bench"), python_lines(REPO / "src" / "dtppo")
+    assert lines <= BENCH_SHARE * library, f"bench/ holds {lines} lines of Python, {lines / library:.0%} of src's"
     assert imports_from_tests(REPO / "bench") == []
 
 

@@ -72,14 +72,15 @@ def score_total(score: Score) -> float:
 
 def weighted_parts(weighted: list[tuple[float, Scores]], failed: list[bool]) -> tuple[torch.Tensor, list[Steps]]:
     """(outcome [B], steps): the weighted sum of the parts' numbers, and their steps weighted and merged by end, for
-    each sample (nothing for a failed one)."""
+    each sample (nothing for a failed one). A part of weight 0 is logged, not rewarded: its steps are no steps (GRPO
+    would otherwise count them in its process supervision)."""
     outcome, steps = [], []
     for i, lost in enumerate(failed):
         total, merged = 0.0, []
         for w, part in weighted if not lost else ():
             score = part[i]
             if type(score) is tuple:
-                merged += [(end, w * r) for end, r in score]
+                merged += [(end, w * r) for end, r in score] if w != 0.0 else []
             elif score is not None:
                 total += w * score
         if len(merged) > 1:

@@ -6,7 +6,7 @@ import torch
 
 from dtppo.data.problem import Problem
 from dtppo.rewards.failures import ChunkFailure
-from dtppo.rewards.rewarder import RewardBreakdown, concat_breakdowns, failure_counts, reward_columns
+from dtppo.rewards.rewarder import RewardBreakdown, concat_breakdowns, failure_counts, reward_columns, weighted_parts
 
 
 def test_reward_breakdowns_concatenate_and_select_rows():
@@ -54,3 +54,13 @@ def test_failure_counts_are_per_kind_with_every_kind_present():
     failures.append(ChunkFailure("timed_out", "g", "30 s", 8, 2, "q"))
     assert failure_counts(failures, 10) == _counts(1, 2) | {"failed_samples": 10}
     assert failure_counts([], 0) == _counts(0, 0)
+
+
+def test_a_zero_weight_parts_steps_are_logged_not_placed():
+    # a function at weight 0 is scored for its metric only: its steps must not become steps (GRPO would switch to
+    # process supervision and count them)
+    steps = [((3, 1.0), (7, 0.5)), ()]
+    outcome, placed = weighted_parts([(1.0, [1.0, 0.0]), (0.0, steps)], [False, False])
+    assert outcome.tolist() == [1.0, 0.0] and placed == [(), ()]
+    _, weighted = weighted_parts([(1.0, [1.0, 0.0]), (2.0, steps)], [False, False])
+    assert weighted == [((3, 2.0), (7, 1.0)), ()]  # the control: a weight makes them steps
