@@ -66,6 +66,7 @@ SPECS = {
             "c - e": ("c_critic_steps_long", "e_grpo_process"),
             "e - d": ("e_grpo_process", "d_grpo_outcome"),
         },
+        sft_seeds=(0, 1, 2),  # the first three of the sizing pilot at the floor
         sft_root="runs/chain-pilot",
         jobs=1,
     ),
