@@ -41,6 +41,7 @@ def figures(records: list[dict], run: dict) -> dict:
     return {
         "accuracy_start": first["validation/accuracy"],
         "accuracy_final": last["validation/accuracy"],
+        "accuracy_best": max(r["validation/accuracy"] for r in validations),
         "gain_final": last["validation/accuracy"] - first["validation/accuracy"],
         "step_error_start": 1.0 - first["validation/reward/arithmetic_steps"],
         "step_error_final": 1.0 - last["validation/reward/arithmetic_steps"],
