@@ -5,7 +5,7 @@ would start past it. In the default order:
 - environment: versions; math-verify (every `dtppo ppo` imports it) and PEFT importable.
 - features_smoke: the tiny recipe for 2 PPO steps with activation checkpointing, CPU offload, the reference (KL)
   and LoRA adapters (rank 16, where PEFT is installed) on the device.
-- step, table_1.5b, table_0.5b, step_vllm: the real `PPOTrainer.step` (bench/device/step.py) at the 0.5B shape with
+- step, table_1.5b, table_0.5b, step_vllm: the real `PPOLoop.step` (bench/device/step.py) at the 0.5B shape with
   two updates profiled; at the 1.5B and 0.5B shapes with Qwen's vocabulary; with the vllm backend, where installed.
 - decode, hf_generate: dtppo's sampler eager and with ``decode_graph``, and ``transformers.generate``
   (bench/device/decode.py).

@@ -38,7 +38,7 @@ def _numerics(outcome: dict) -> list[str]:
 
 def _step(s: dict) -> list[str]:
     head = (
-        f"  PPOTrainer.step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, V = "
+        f"  PPOLoop.step ({s['model_shape']['hidden_size']}h x {s['model_shape']['num_layers']}L, V = "
         f"{s['vocab_size']}, {s['precision']}, {s['batch']} prompts x <={s['max_new_tokens']} new tokens)"
     )
     if "timing_s_median" not in s:

@@ -1,4 +1,4 @@
-"""The device check's step phases (bench/device/check.py): the real `PPOTrainer.step` through `dtppo ppo` in a
+"""The device check's step phases (bench/device/check.py): the real `PPOLoop.step` through `dtppo ppo` in a
 subprocess, its per-phase timings, FLOP rates against a matmul peak measured in the same run, and profiled updates;
 at the 0.5B shape with the project's tokenizer (``step``), with Qwen's vocabulary at the 0.5B and 1.5B shapes (the
 throughput table) and with the vllm backend (``step_vllm``)."""
@@ -85,7 +85,7 @@ def trainer_steps(
     model_shape: dict | None = None,
     vocab: int | None = None,
 ) -> dict:
-    """The real `PPOTrainer.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
+    """The real `PPOLoop.step` (through `dtppo ppo` and its workers) on a Qwen2.5-0.5B-shaped random model
     (CUDA) or a 64-hidden one (CPU fallback), or on ``model_dir`` (of ``model_shape`` and ``vocab``): one warm-up
     step, then ``args.steps`` measured ones. Per-phase seconds are the trainer's own `timing/*` metrics (medians
     over the measured steps). ``profile``: one more step whose two updates run under torch.profiler

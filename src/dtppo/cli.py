@@ -7,26 +7,25 @@ line. ``DTPPO_DEBUG=1`` adds the traceback above that line."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from dtppo import config as config_lib
-from dtppo.errors import InputError
 
 
 def _load(args: argparse.Namespace, sft: bool = False) -> config_lib.Config:
-    """The recipe with its overrides, checked (with ``sft``: also for what SFT needs of it)."""
+    """The recipe with its overrides, checked (with ``sft``: also for what SFT needs of it, and what it names
+    outside itself, which ``PPOTrainer`` checks for the other commands)."""
+    from dtppo.api.trainer import load_config
     from dtppo.launch.preflight import preflight
 
-    try:
-        cfg = config_lib.load(args.recipe, args.overrides)
-        if sft:
-            config_lib.check_sft(cfg)
+    cfg = load_config(args.recipe, args.overrides)
+    if sft:
+        config_lib.check_sft(cfg)
         preflight(cfg)
-    except config_lib.ConfigError as err:
-        _config_error(err)
     if cfg.policy.generation.backend == "vllm":
         # Before torch starts its OpenMP pool (spawned ranks inherit it): vLLM's CPU kernels spin-wait, and two
         # threads on a busy machine slow generation 10-50x (docs/design/generation.md). An explicit setting is kept.
@@ -34,82 +33,47 @@ def _load(args: argparse.Namespace, sft: bool = False) -> config_lib.Config:
     return cfg
 
 
-def _config_error(err: config_lib.ConfigError) -> None:
+@contextlib.contextmanager
+def _config_errors_reported() -> Iterator[None]:
+    """A ``ConfigError`` inside becomes its one line on stderr and exit code 2."""
     from dtppo.launch.launcher import debug_traceback
 
-    debug_traceback(err)
-    print(f"dtppo: config error: {err}", file=sys.stderr)
-    raise SystemExit(2) from None
+    try:
+        yield
+    except config_lib.ConfigError as err:
+        debug_traceback(err)
+        print(f"dtppo: config error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def cmd_sft(args: argparse.Namespace) -> None:
+    from dtppo.api.trainer import train_sft
     from dtppo.observability.report import table
     from dtppo.sft.trainer import check_floor
 
     cfg = _load(args, sft=True)
-    results = _train_sft(cfg)
+    results = train_sft(cfg)
     print(table("SFT", results))
     check_floor(results, cfg)
 
 
 def cmd_ppo(args: argparse.Namespace) -> None:
-    from dtppo.distributed.ranks import under_torchrun
-    from dtppo.sft.trainer import check_floor, saved_results, sft_is_done
+    from dtppo.api.trainer import PPOTrainer
 
-    cfg = _load(args)
-    sft_results = {}
-    if cfg.ppo.init_from_sft and not sft_is_done(cfg):
-        if under_torchrun():
-            raise InputError(f"sft.output_dir: {cfg.sft.output_dir} is missing: run `dtppo sft` before launching ranks")
-        try:
-            config_lib.check_sft(cfg)
-        except config_lib.ConfigError as err:
-            _config_error(err)
-        print(f"no SFT checkpoint at {cfg.sft.output_dir}: running SFT first", flush=True)
-        sft_results = _train_sft(cfg)
-    elif cfg.ppo.init_from_sft:
-        sft_results = saved_results(cfg)
-    check_floor(sft_results, cfg)
-    from dtppo.launch.launcher import absolute_paths, build_launcher, launch, run_rank
-    from dtppo.ppo.entry import ppo_rank
-
-    launch(build_launcher(cfg.cluster), run_rank, ppo_rank, absolute_paths(cfg.to_dict()), sft_results)
-
-
-def _train_sft(cfg: config_lib.Config) -> dict[str, float]:
-    """SFT on the policy's ranks (``sft.run_sft``); the results it saved with the model."""
-    from dtppo.launch.launcher import absolute_paths, build_launcher, launch, run_rank
-    from dtppo.sft.trainer import saved_results, sft_rank
-
-    cluster, policy_ranks = cfg.cluster, len(cfg.cluster.pool("policy"))
-    if policy_ranks != cluster.world_size:  # the critic's or the generation ranks have no part in SFT
-        cluster = dataclasses.replace(
-            cluster, num_nodes=1, workers_per_node=policy_ranks, policy_ranks=0, generation_ranks=0
-        )
-    launch(build_launcher(cluster), run_rank, sft_rank, absolute_paths(cfg.to_dict()))
-    return saved_results(cfg)
+    results = PPOTrainer(_load(args)).train()
+    if int(os.environ.get("RANK", 0)) == 0:  # torchrun starts this command once per rank
+        print(results.table(), flush=True)
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
+    from dtppo.api.trainer import PPOTrainer
     from dtppo.observability.report import table
-    from dtppo.ppo.trainer import PPOTrainer
-    from dtppo.sft.trainer import sft_is_done
 
-    # Evaluation samples in this one process: no generation ranks, nothing to run ahead of.
-    args.overrides = [*args.overrides, "cluster.generation_ranks=0", "ppo.max_lag=0"]
     cfg = _load(args)
-    if cfg.ppo.init_from_sft and not sft_is_done(cfg):
-        raise InputError(
-            f"sft.output_dir: no SFT model at {cfg.sft.output_dir} (ppo.init_from_sft is true): run `dtppo sft` first"
-        )
-    trainer = PPOTrainer(cfg)
-    trainer.maybe_resume()
-    if trainer.steps_done == 0:
-        print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scoring the starting policy", flush=True)
-    result = trainer.evaluate()
-    trainer.rollouts.close()
-    trainer.rewarder.close()
-    figures = {"step": trainer.steps_done} | ({"accuracy": result.accuracy} if result.accuracy is not None else {})
+    result = PPOTrainer(cfg).evaluate()
+    if result.step == 0:
+        print(f"no checkpoint under {cfg.checkpointing.checkpoint_dir}: scored the starting policy", flush=True)
+    figures = {"step": result.step} | ({"accuracy": result.accuracy} if result.accuracy is not None else {})
     figures |= {"reward": result.reward} | {f"reward/{name}": mean for name, mean in result.rewards.items()}
     print(table("evaluation", figures | {"avg_length": result.avg_length}))
     for prompt, response, reference, reward in result.samples[:5]:
@@ -120,10 +84,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     from dtppo.checkpoint.export import export_checkpoint
 
-    try:
-        written = export_checkpoint(args.checkpoint_dir, args.out_dir, tuple(args.overrides))
-    except config_lib.ConfigError as err:  # an export.* key of the command
-        _config_error(err)
+    written = export_checkpoint(args.checkpoint_dir, args.out_dir, tuple(args.overrides))
     for path in written:
         print(f"wrote {path}")
 
@@ -163,5 +124,5 @@ def main(argv: list[str] | None = None) -> None:
 
     args = build_parser().parse_args(argv)
     quiet_transformers()
-    with stops_reported():
+    with stops_reported(), _config_errors_reported():
         args.fn(args)

@@ -1,17 +1,32 @@
-"""The errors that stop a run, each with its exit code.
+"""The errors dtppo raises to its caller: ``ConfigError`` for a bad recipe, key or value (the command line's exit 2,
+its line prefixed "config error"), and the ``RunStopped`` subclasses that stop a run, each with its exit code.
 
 A run stops with a ``RunStopped`` subclass when continuing would waste compute or lose data; the CLI turns it into one
 line on stderr and the class's ``exit_code`` (docs/guides/reliability.md's table); a traceback only with
-``DTPPO_DEBUG=1``.
+``DTPPO_DEBUG=1``. A library caller (``dtppo.PPOTrainer``) gets the exception itself.
 """
 
 from __future__ import annotations
 
+from dtppo.config.rules import ConfigError  # defined with the config, which imports nothing of dtppo
+
+__all__ = [
+    "ConfigError",
+    "RunStopped",
+    "InputError",
+    "NonFiniteError",
+    "CheckpointError",
+    "BelowFloorError",
+    "GenerationError",
+]
+
 
 class RunStopped(RuntimeError):
-    """The run cannot usefully continue; ``str(err)`` is the one-line explanation for the user."""
+    """The run cannot usefully continue; ``str(err)`` is the one-line explanation for the user. ``reported``: the rank
+    that saw it printed that line already (the error stands for a rank process's exit)."""
 
     exit_code = 1
+    reported = False
 
 
 class InputError(RunStopped):

@@ -1,5 +1,5 @@
 """In separate pools (``cluster.policy_ranks``) the critic's and the policy's updates run at the same time: every
-update of an epoch starts before any result is shared (``PPOTrainer._update``). Two gloo ranks, the real roles
+update of an epoch starts before any result is shared (``PPOLoop._update``). Two gloo ranks, the real roles
 and collectives, workers whose update takes a fixed wall time; a serial schedule is the negative control."""
 
 import os
@@ -12,7 +12,7 @@ import torch
 from dtppo.distributed.comm import rank
 from dtppo.distributed.ranks import run_ranks
 from dtppo.observability.timing import PhaseTimer
-from dtppo.ppo.trainer import PPOTrainer
+from dtppo.ppo.trainer import PPOLoop
 from dtppo.workers.role import PolicyRole, ValueRole
 
 UPDATE_SECONDS = 1.0
@@ -46,7 +46,7 @@ def _serial_update(trainer, experience, train_policy, timer):
 
 def _rank(out: str) -> None:
     me = rank()
-    trainer = object.__new__(PPOTrainer)  # only the roles and the epoch count: _update touches nothing else
+    trainer = object.__new__(PPOLoop)  # only the roles and the epoch count: _update touches nothing else
     trainer.cfg = SimpleNamespace(ppo=SimpleNamespace(ppo_epochs=1), value=SimpleNamespace(updates_per_step=1))
     trainer.policy = PolicyRole(TimedWorker() if me == 0 else None, range(0, 1), colocated=False)
     trainer.value = ValueRole(TimedWorker() if me == 1 else None, range(1, 2), colocated=False)

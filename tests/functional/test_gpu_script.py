@@ -37,7 +37,7 @@ CHECK_FIELDS = [
     "policy_grad_norm_rel_diff",
     "critic_grad_norm_rel_diff",
 ]
-# PPOTrainer.step's named phases, as the trainer itself reports them.
+# PPOLoop.step's named phases, as the trainer itself reports them.
 PHASES = {
     "prompts",
     "generation",

@@ -78,13 +78,15 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
 ROOT = {"cli", "types", "ops", "errors", "faults", "files"}
 # A unit imports only units on earlier rows (a row's units never import each other).
 ORDER = [
-    {"config", "distributed", "types", "ops", "errors", "faults", "files"},
+    {"config", "distributed", "types", "ops", "faults", "files"},
+    {"errors"},  # re-exports config's ConfigError beside the run-stopping errors
     {"algorithms", "data", "usercode"},
     {"models", "envs", "observability"},
     {"generation", "rewards", "checkpoint"},
     {"workers", "launch"},
     {"ppo", "sft"},
-    {"cli"},
+    {"api"},
+    {"cli", "dtppo"},  # dtppo: the package itself, whose names (PPOTrainer, load_config) are api's, loaded on use
     {"testing"},  # what the tests and bench/ share: it may import any unit, no unit imports it
 ]
 
@@ -98,7 +100,7 @@ def node_of(module: str) -> str:
 
 def package_graph(edges: list[Edge]) -> dict[str, dict[str, list[Edge]]]:
     """unit -> unit it imports -> the imports that make that edge (dtppo units only, no self-edges; the package
-    itself, ``dtppo/__init__.py``, holds only the version and is no unit)."""
+    itself, ``dtppo/__init__.py``, is the unit ``dtppo``: what ``from dtppo import ...`` gives)."""
     graph: dict[str, dict[str, list[Edge]]] = {}
     for edge in edges:
         if not edge.imported.startswith("dtppo.") or node_of(edge.importer) == "__main__":
@@ -168,7 +170,7 @@ def test_the_order_check_fails_on_a_planted_upward_import_and_an_unplaced_unit()
     graph = {"data": {"workers": [edge]}, "types": {"ops": [edge]}, "helpers": {}, "workers": {}, "ops": {}}
     assert order_violations(graph, ORDER) == [
         "helpers is on no row of ORDER",
-        "data (row 1) -> workers (row 4): dtppo.data.loader line 7 imports dtppo.workers.layout",
+        "data (row 2) -> workers (row 5): dtppo.data.loader line 7 imports dtppo.workers.layout",
         "types (row 0) -> ops (row 0): dtppo.data.loader line 7 imports dtppo.workers.layout",
     ]
 

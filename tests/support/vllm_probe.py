@@ -1,4 +1,4 @@
-"""One PPOTrainer with policy.generation.backend=vllm, driven step by step; tests/functional/test_vllm.py runs this
+"""One PPOLoop with policy.generation.backend=vllm, driven step by step; tests/functional/test_vllm.py runs this
 in its own process (one engine for all the checks, OMP_NUM_THREADS=1 as the CLI sets it) and asserts on the JSON
 it writes. Usage (the repository root on PYTHONPATH): python -m tests.support.vllm_probe SFT_DIR OUT.json
 """
@@ -17,7 +17,7 @@ from dtppo.data.chat import encode_prompts  # noqa: E402
 from dtppo.generation.generator import TorchGenerator  # noqa: E402
 from dtppo.generation.sampler import stream_key  # noqa: E402
 from dtppo.models.causal_lm import stop_token_ids  # noqa: E402
-from dtppo.ppo.trainer import PPOTrainer  # noqa: E402
+from dtppo.ppo.trainer import PPOLoop  # noqa: E402
 from dtppo.types import SampleRequest, SamplingParams  # noqa: E402
 from tests.support.recipes import FAST, TINY  # noqa: E402
 
@@ -28,7 +28,7 @@ def responses(experience) -> list[list[int]]:
     return [row[m.bool()].tolist() for row, m in zip(experience.input_ids, experience.response_mask)]
 
 
-def sampling_checks(trainer: PPOTrainer) -> dict:
+def sampling_checks(trainer: PPOLoop) -> dict:
     """Greedy tokens of both backends on the same weights; reruns, batch splits and order of seeded samples."""
     cfg, worker, tok = trainer.cfg, trainer.policy.worker, trainer.tokenizer
     prompts = encode_prompts(tok, trainer.validation_problems[:16], cfg.data)
@@ -71,7 +71,7 @@ def main(sft_dir: str, out: str) -> None:
             "logger.progress=false",
         ],
     )
-    trainer = PPOTrainer(cfg)
+    trainer = PPOLoop(cfg)
     result = sampling_checks(trainer)
     steps = [trainer.step() for _ in range(STEPS_WITH_REFIT)]
     # Negative control: from here on the engine keeps the weights it has. The next step still samples from the

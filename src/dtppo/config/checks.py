@@ -62,20 +62,15 @@ def check_sft(cfg: Config) -> None:
 
 
 def _check_reward(cfg: Config) -> None:
-    """What ``Config`` fills in from data.task: one weight per function, something to reward, an accuracy source
-    that is scored (the functions themselves are ``RewardConfig``'s)."""
+    """What ``Config`` fills in from data.task: one weight per function, an accuracy source that is scored (the
+    functions themselves are ``RewardConfig``'s; that there is something to reward is ``launch.preflight``'s, as
+    functions may be given in Python)."""
     reward = cfg.reward
     names = [parse_spec(spec).name for spec in reward.functions]
     require(
         len(reward.weights) == len(reward.functions),
         "reward.weights",
         f"needs one weight per reward function ({len(reward.functions)}), got {len(reward.weights)}",
-    )
-    require(
-        bool(reward.functions) or reward.model.path is not None or reward.process_model.path is not None,
-        "reward.functions",
-        f"data.task {cfg.data.task} has no verifier: name at least one reward function, reward.model.path or "
-        "reward.process_model.path",
     )
     builtin = reward.accuracy_from is not None and reward.accuracy_from in BUILTINS
     require(

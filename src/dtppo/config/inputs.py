@@ -109,9 +109,6 @@ class DataConfig:
     def __post_init__(self) -> None:
         at_least(self, 1, "max_prompt_tokens")
         _check_template_kwargs(self.chat_template_kwargs)
-        if self.task != "tiny_math":
-            for name, dataset in [("train", self.train), ("validation", self.validation)]:
-                require(dataset.path is not None, f"{name}.path", f"required when data.task is {self.task}")
         if self.task == "custom":
             require(self.prompt_key.strip() != "", "prompt_key", "must name the prompt column")
             require(

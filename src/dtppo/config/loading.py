@@ -10,6 +10,7 @@ This validates the recipe by itself: the files, models, packages and code it nam
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import keyword
 import math
@@ -17,6 +18,7 @@ import re
 import sys
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,18 +32,27 @@ from dtppo.config.schema import Config
 _YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
-def load(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a recipe (with its ``defaults:`` chain), apply ``key=value`` overrides, validate, freeze."""
-    tree = apply_overrides(_read_recipe(Path(recipe), seen=()), overrides)
+def load(recipe: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
+    """Read a recipe (a file, with its ``defaults:`` chain, or a mapping of the same form, whose ``defaults:`` is
+    resolved from the working directory), apply ``key=value`` overrides, validate, freeze."""
+    if isinstance(recipe, Mapping):
+        tree = _recipe_tree(copy.deepcopy(dict(recipe)), Path.cwd() / "<mapping>", seen=())
+    else:
+        tree = _read_recipe(Path(recipe), seen=())
+    tree = apply_overrides(tree, overrides)
     cfg = _build(Config, tree, path="")
     check(cfg)
     warn_unusual(cfg)
     return cfg
 
 
-def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """``tree`` with each ``section.key=value`` set in it (values parsed as YAML scalars), in place."""
+    if isinstance(overrides, str):  # a lone override would be read character by character
+        raise ConfigError(f"overrides: expected a list of section.key=value, got the string {overrides!r}")
     for item in overrides:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides: {item!r} is not a section.key=value string")
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"{item}: overrides are written section.key=value")
@@ -74,6 +85,11 @@ def _read_recipe(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"recipe: {path} is not valid YAML: {err}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"recipe: {path} must hold a mapping at the top level")
+    return _recipe_tree(tree, path, seen)
+
+
+def _recipe_tree(tree: dict[str, Any], path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """A recipe's mapping (read from ``path``) merged over its ``defaults:`` parent's."""
     migrate(tree)
     parent = tree.pop("defaults", None)
     if parent is None:

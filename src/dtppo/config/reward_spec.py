@@ -1,4 +1,5 @@
-"""Reward-function specs as a recipe writes them: a built-in name, ``path/to/file.py:name`` or ``package.module:name``.
+"""Reward-function specs as a recipe writes them: a built-in name, ``path/to/file.py:name``, ``package.module:name``,
+or the name of a function given in Python (``dtppo.PPOTrainer(reward_funcs=...)``).
 
 Pure parsing (no imports): recipe notation, checked when the config is built (``RewardConfig``) and loaded by
 ``dtppo.rewards.functions``. ``BUILTINS`` is the one list of built-in verifier names.
@@ -22,11 +23,12 @@ RESERVED_NAMES = (MODEL_NAME, PROCESS_MODEL_NAME, *(f"{kind}_chunks" for kind in
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """kind: where the callable lives; target: the file path or module name (a built-in: its name);
-    attribute: the callable's name there, which is also its metric name (``train/reward/<name>``)."""
+    """kind: where the callable lives ("given": passed in Python, found by its name among those given); target: the
+    file path or module name (a built-in or a given function: its name); attribute: the callable's name there, which
+    is also its metric name (``train/reward/<name>``)."""
 
     text: str
-    kind: Literal["builtin", "file", "module"]
+    kind: Literal["builtin", "given", "file", "module"]
     target: str
     attribute: str
 
@@ -45,10 +47,13 @@ def parse_spec(text: str) -> FunctionSpec:
     """The spec ``text`` names; ValueError says what is wrong with a malformed one."""
     if text in BUILTINS:
         return FunctionSpec(text, "builtin", text, text)
+    if text.isidentifier():  # whether a function of that name was given is known where functions load
+        return FunctionSpec(text, "given", text, text)
     target, sep, attribute = text.rpartition(":")
     if not sep or not target or not attribute:
         raise ValueError(
-            f"{text!r} is neither a built-in ({', '.join(BUILTINS)}) nor path/to/file.py:name nor package.module:name"
+            f"{text!r} is neither a built-in ({', '.join(BUILTINS)}), path/to/file.py:name, package.module:name "
+            "nor the name of a function given in Python"
         )
     if not attribute.isidentifier():
         raise ValueError(f"{text!r}: {attribute!r} is not a Python name")

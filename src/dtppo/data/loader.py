@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -12,8 +13,10 @@ from dtppo.config import DataConfig, DatasetConfig
 from dtppo.data.chat import ChatFormat, prompt_length
 from dtppo.data.formats import row_format
 from dtppo.data.problem import Problem
-from dtppo.data.rows import RowFormat, RowRules, read_jsonl
+from dtppo.data.rows import DataError, RowFormat, RowRules, collect_rows, read_jsonl
 from dtppo.data.tiny_math import TinyMathStream, validation_set
+
+DatasetRows = tuple[Iterable[Mapping] | None, Iterable[Mapping] | None]  # (training, validation) rows, None: the file
 
 
 class ProblemSource(Protocol):
@@ -65,10 +68,12 @@ def build_sources(
     max_validation: int,
     careless_fraction: float = 0.0,
     tokenizer: PreTrainedTokenizerBase | None = None,
+    rows: DatasetRows = (None, None),
 ) -> tuple[ProblemSource | list[Problem], list[Problem]]:
     """(training source, at most ``max_validation`` validation problems) for ``data``; ``seed`` orders a generated
     task's stream. With ``tokenizer``, rows whose prompt exceeds ``data.max_prompt_tokens`` are bad rows (skipped or
-    refused per ``data.on_bad_row``)."""
+    refused per ``data.on_bad_row``). ``rows``: in-memory (training, validation) rows that replace ``data.train`` and
+    ``data.validation`` (a ``datasets.Dataset`` or a list of dicts; None: the config's source)."""
     if data.task != "tiny_math":
         rules = RowRules(
             data.on_bad_row,
@@ -76,17 +81,34 @@ def build_sources(
             None if tokenizer is None else prompt_length(tokenizer, ChatFormat.of(data)),
         )
         fmt = row_format(data)
-        return (
-            load_problems("data.train", data.train, fmt, None, rules),
-            load_problems("data.validation", data.validation, fmt, max_validation, rules),
+        keys = ("data.train", "data.validation")
+        train, validation = (
+            load_problems(key, source, fmt, limit, rules)
+            if given is None
+            else given_problems(key, given, fmt, limit, rules)
+            for key, source, given, limit in zip(keys, (data.train, data.validation), rows, (None, max_validation))
         )
+        return train, validation
+    if any(given is not None for given in rows):
+        raise DataError("data.task: tiny_math generates its problems; in-memory rows need gsm8k, math or custom")
     validation = validation_set(data.tiny_math, max_validation)
     exclude = {p.question for p in validation}
     return TinyMathStream(data.tiny_math, seed, careless_fraction, exclude), validation
 
 
+def given_problems(
+    key: str, rows: Iterable[Mapping], fmt: RowFormat, limit: int | None, rules: RowRules
+) -> list[Problem]:
+    """The usable problems of in-memory rows that stand for config key ``key`` (a row is named ``<key> row <i>``)."""
+    return collect_rows(
+        ((f"{key} row {i}", row) for i, row in enumerate(rows)), f"{key} (in memory)", fmt, limit, rules
+    )[0]
+
+
 def load_problems(key: str, source: DatasetConfig, fmt: RowFormat, limit: int | None, rules: RowRules) -> list[Problem]:
     """The usable problems of a jsonl file or an HF dataset (config key ``key``, e.g. ``data.train``)."""
+    if source.path is None:
+        raise DataError(f"{key}.path: required when data.task is not tiny_math (or rows given in Python)")
     if Path(source.path).is_file():
         return read_jsonl(source.path, fmt, limit, rules)[0]
     from dtppo.data.hf import read_hf

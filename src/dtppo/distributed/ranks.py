@@ -14,12 +14,13 @@ generation ranks. The two worlds meet only through ``distributed.bridge``, built
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -74,15 +75,9 @@ def run_ranks(
                 f"started {os.environ['WORLD_SIZE']} ranks"
             )
         _run_in_group(fn, args, generation_ranks)
-    elif world_size == 1 and torch.cuda.is_available():
-        # One GPU process still joins a (one-rank) group: its models are then FSDP2-wrapped with the same
-        # bf16-parameter / fp32-reduction policy as a multi-rank run, not trained in plain fp32.
-        os.environ.update(
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1"
-        )
-        _run_in_group(fn, args)
     elif world_size == 1:
-        fn(*args)
+        with this_process_as_rank():
+            fn(*args)
     else:
         port = _free_port()
         context = mp.get_context("forkserver")
@@ -96,6 +91,30 @@ def run_ranks(
             start_method="forkserver",
         )
         _join_or_stop(ranks)
+
+
+@contextlib.contextmanager
+def this_process_as_rank() -> Iterator[None]:
+    """This process as a run's only rank. On a GPU it joins a one-rank group, so its models are FSDP2-wrapped with
+    the same bf16-parameter / fp32-reduction policy as a multi-rank run, not trained in plain fp32; on CPU (or in a
+    group already) nothing changes."""
+    if not torch.cuda.is_available() or dist.is_initialized():
+        yield
+        return
+    group = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    before = {name: os.environ.get(name) for name in group}
+    os.environ.update(group)
+    torch.cuda.set_device(0)
+    dist.init_process_group("cpu:gloo,cuda:nccl")
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        for name, value in before.items():  # this process is no torchrun rank afterwards (``under_torchrun``)
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _join_or_stop(ranks: mp.ProcessContext) -> None:

@@ -25,9 +25,10 @@ import torch.multiprocessing as mp
 from dtppo.config import ClusterConfig
 from dtppo.config.reward_spec import parse_spec
 from dtppo.distributed.ranks import run_ranks
-from dtppo.errors import CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
+from dtppo.errors import BelowFloorError, CheckpointError, GenerationError, InputError, NonFiniteError, RunStopped
 
 DEBUG_ENV = "DTPPO_DEBUG"
+_STOPS = (InputError, NonFiniteError, CheckpointError, BelowFloorError, GenerationError)  # by their exit codes
 
 
 class RankLauncher(Protocol):
@@ -81,22 +82,20 @@ def build_launcher(cluster: ClusterConfig) -> RankLauncher:
 
 
 def launch(launcher: RankLauncher, fn: Callable[..., None], *args) -> None:
-    """``fn(*args)`` on every rank of ``launcher``; a rank that stopped the run on purpose printed why, and this
-    process exits with its code."""
+    """``fn(*args)`` on every rank of ``launcher``. A rank that stopped the run on purpose printed why and exited
+    with its code: that stop is raised here as its error class, marked as already reported."""
     try:
         launcher.run(fn, *args)
-    except RunStopped:  # the launcher's own (a generation rank that died): main() prints it
+    except RunStopped:  # the launcher's own (a generation rank that died), or a rank in this process
         raise
     except Exception as err:
-        # A spawned rank that stopped with a RunStopped has printed why and exited with its code.
-        if getattr(err, "exit_code", None) in (
-            InputError.exit_code,
-            NonFiniteError.exit_code,
-            CheckpointError.exit_code,
-            GenerationError.exit_code,
-        ):
-            raise SystemExit(err.exit_code) from None
-        raise
+        code = getattr(err, "exit_code", None)
+        stopped = next((cls for cls in _STOPS if cls.exit_code == code), None)
+        if stopped is None:
+            raise
+        error = stopped(f"a rank stopped the run with exit code {code}; its line is above")
+        error.reported = True
+        raise error from None
     finally:
         launcher.shutdown()
 
@@ -136,11 +135,12 @@ def run_rank(fn: Callable[..., None], *args) -> None:
 
 @contextlib.contextmanager
 def stops_reported() -> Iterator[None]:
-    """A ``RunStopped`` inside becomes its one line on stderr and its exit code."""
+    """A ``RunStopped`` inside becomes its one line on stderr (unless a rank printed it already) and its exit code."""
     try:
         yield
     except RunStopped as err:
-        report(err)
+        if not err.reported:
+            report(err)
         raise SystemExit(err.exit_code) from None
 
 

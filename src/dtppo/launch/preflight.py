@@ -26,6 +26,7 @@ from dtppo.distributed.ranks import under_torchrun
 from dtppo.envs.interface import EnvironmentFailure, load_environment
 from dtppo.launch.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function
+from dtppo.usercode.given import GivenInputs
 
 VLLM_INSTALL = (
     "pip install 'dtppo[vllm]' on GPUs (the official wheel, vllm==0.32.0; it pins torch 2.13.0), or on CPU `make venv` "
@@ -35,15 +36,16 @@ VLLM_INSTALL = (
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": resolved by transformers, not here
 
 
-def preflight(cfg: Config) -> None:
-    """Each check above, for a Config from ``config.load``; raises ConfigError."""
+def preflight(cfg: Config, given: GivenInputs | None = None) -> None:
+    """Each check above, for a Config from ``config.load`` (``given``: what a Python caller passed besides it, the
+    reward functions and rows the config names but does not hold); raises ConfigError."""
     if cfg.policy.generation.backend == "vllm":
         require(
             importlib.util.find_spec("vllm") is not None,
             "policy.generation.backend",
             f"vllm is not installed in this Python; install it with {VLLM_INSTALL}",
         )
-    _check_inputs_exist(cfg)
+    _check_inputs_exist(cfg, given or GivenInputs())
     check_models(cfg)
     if cfg.logger.wandb.enabled:
         _require_package("wandb", "logger.wandb.enabled", "wandb")
@@ -52,12 +54,18 @@ def preflight(cfg: Config) -> None:
     _check_launch(cfg)
 
 
-def _check_inputs_exist(cfg: Config) -> None:
+def _check_inputs_exist(cfg: Config, given: GivenInputs) -> None:
     """Input files and directories named by a recipe exist: a typo fails here, before any compute."""
+    keys = ("data.train", "data.validation")
     if cfg.data.task != "tiny_math":
-        for key, dataset in [("data.train", cfg.data.train), ("data.validation", cfg.data.validation)]:
-            _check_dataset(key, dataset)
-    _check_reward_functions_load(cfg)
+        for key, dataset, rows in zip(keys, (cfg.data.train, cfg.data.validation), given.rows):
+            if rows is None:
+                require(dataset.path is not None, f"{key}.path", f"required when data.task is {cfg.data.task}")
+                _check_dataset(key, dataset)
+    else:
+        for key, rows in zip(keys, given.rows):
+            require(rows is None, "data.task", f"tiny_math generates its problems: rows given for {key} need another")
+    _check_reward_functions_load(cfg, given)
     _check_environment_builds(cfg)
     for key, path in [
         ("policy.model.path", cfg.policy.model.path),
@@ -76,12 +84,20 @@ def _check_inputs_exist(cfg: Config) -> None:
         )
 
 
-def _check_reward_functions_load(cfg: Config) -> None:
+def _check_reward_functions_load(cfg: Config, given: GivenInputs) -> None:
     """Each reward function's file or module imports and holds a callable of that name. This runs the user's
-    module in this process, as ``import`` would: the recipe names it as code to run."""
+    module in this process, as ``import`` would: the recipe names it as code to run. And there is something to
+    reward."""
+    reward = cfg.reward
+    require(
+        bool(reward.functions) or reward.model.path is not None or reward.process_model.path is not None,
+        "reward.functions",
+        f"data.task {cfg.data.task} has no verifier: name at least one reward function (or give one in Python), "
+        "reward.model.path or reward.process_model.path",
+    )
     for i, spec in enumerate(cfg.reward.functions):
         try:
-            reward_function(spec)
+            reward_function(spec, given)
         except RewardFunctionError as err:
             raise ConfigError(f"reward.functions[{i}]: {err}") from None
 

@@ -28,7 +28,7 @@ def train_metrics(
 ) -> dict[str, torch.Tensor]:
     """``train/*`` of a step that trained: ``batch`` as scored (its rows' ``sample_mask`` marks the samples whose
     reward is known), ``experience`` the rows as trained (filters, advantages), ``runs`` each update phase's
-    statistics per pass (``PPOTrainer._update``), ``fit`` the critic's fit before its update (empty without one)."""
+    statistics per pass (``PPOLoop._update``), ``fit`` the critic's fit before its update (empty without one)."""
     metrics = rollout_metrics(cfg, experience, batch.rollout.experience.sample_mask)
     metrics |= staleness_metrics(batch.rollout) | episode_metrics(experience)
     metrics |= {f"train/reward/{name}": torch.tensor(mean) for name, mean in batch.reward_means.items()}

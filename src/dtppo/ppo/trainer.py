@@ -1,9 +1,10 @@
-"""PPOTrainer: the PPO algorithm for language models, one step top to bottom (docs/design/architecture.md)."""
+"""PPOLoop: the PPO algorithm for language models, one step top to bottom (docs/design/architecture.md)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +31,7 @@ from dtppo.rewards.failures import RewardFailureError
 from dtppo.rewards.rewarder import RewardBreakdown, Rewarder, check_reward_arguments
 from dtppo.rewards.validation import EvalResult, eval_result
 from dtppo.types import Experience
+from dtppo.usercode.given import GivenInputs
 from dtppo.workers.layout import RankLayout
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.role import PolicyRole, ValueRole
@@ -44,7 +46,28 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any] | None) -> None: ...
 
 
-class PPOTrainer:
+class RunEvents(Protocol):
+    """What a run tells whoever drives it, on rank 0 (``dtppo.PPOLoop``'s callbacks): a step's metrics (its
+    ``validation/*`` included when it validated), a validation's, a checkpoint written."""
+
+    def step_end(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def validation_end(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def saved(self, step: int, path: Path) -> None: ...
+
+
+@dataclass
+class RunLog:
+    """An open run's record keeping on rank 0 (``PPOLoop.open_run``): the metrics file and trackers, what it tells
+    ``events``, and the metrics of each step run since it opened."""
+
+    logger: MetricsLogger
+    events: RunEvents | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class PPOLoop:
     """Owns the policy and value roles (their workers, on whichever ranks hold them), the prompt loader and the
     step counter.
 
@@ -53,7 +76,7 @@ class PPOTrainer:
     logged.
     """
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, given: GivenInputs | None = None):
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.policy_init_path)
         cluster = cfg.cluster
@@ -76,17 +99,17 @@ class PPOTrainer:
                 value_layout.ranks,
                 cluster.colocated,
             )
+        given = given or GivenInputs()
         train_source, self.validation_problems = build_sources(
-            cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=self.tokenizer
+            cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=self.tokenizer, rows=given.rows
         )
-        check_reward_arguments(
-            cfg.reward.functions, [train_source[0]]
-        )  # needs a row: not preflight's, which reads no data
+        # needs a row: not preflight's, which reads no data
+        check_reward_arguments(cfg.reward.functions, [train_source[0]], given)
         self.rollouts = build_rollouts(cfg, self.policy, self.tokenizer, PromptLoader(train_source, cfg.ppo.seed))
         # Rank 0 (always a policy rank) scores every batch: the functions fanned out to its scoring pool, the reward
         # model on its device. The other ranks receive the rewards.
         self.rewarder = (
-            Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, self.policy.worker.layout.device)
+            Rewarder(cfg.reward, cfg.data.system_prompt, cfg.cluster.backend, self.policy.worker.layout.device, given)
             if is_main_rank()
             else None
         )
@@ -252,11 +275,23 @@ class PPOTrainer:
         metrics |= {f"validation/reward/{name}": mean for name, mean in result.rewards.items()}
         return metrics | {"timing/validation": time.perf_counter() - start}
 
-    def fit(self) -> list[dict[str, float]]:
-        """Run until ``ppo.max_num_steps``, resuming from the latest complete checkpoint if there is one."""
+    def fit(self, events: RunEvents | None = None) -> list[dict[str, float]]:
+        """Run until ``ppo.max_num_steps``, resuming from the latest complete checkpoint if there is one; the metrics
+        of each step run."""
+        run, finished = self.open_run(events), False
+        try:
+            while self.steps_done < self.cfg.ppo.max_num_steps:
+                self.run_step(run)
+            finished = True
+        finally:
+            self.close_run(run, finished)
+        return run.history
+
+    def open_run(self, events: RunEvents | None = None) -> RunLog:
+        """Resume (``maybe_resume``), open the metrics log and trackers (rank 0 alone writes: all metrics are already
+        reduced), and validate the starting policy when the run starts at step 0 and ``ppo.validation.at_start``."""
         cfg = self.cfg
         self.maybe_resume()
-        # Every rank runs the same loop; rank 0 alone writes logs (all metrics are already reduced).
         trackers = self.trackers.open(cfg.logger, cfg.to_dict()) if is_main_rank() else []
         logger = MetricsLogger(
             cfg.logger.log_dir,
@@ -267,30 +302,50 @@ class PPOTrainer:
             enabled=is_main_rank(),
             trackers=trackers,
         )
-        history, finished = [], False
-        try:
-            if self.steps_done == 0 and cfg.ppo.validation.at_start:
-                logger.log(0, self.validate())
-            while self.steps_done < cfg.ppo.max_num_steps:
-                metrics = self.step()
-                last = self.steps_done == cfg.ppo.max_num_steps
-                if self.steps_done % cfg.ppo.validation.period == 0 or last:
-                    metrics |= self.validate()
-                logger.log(self.steps_done, metrics)
-                history.append(metrics)
-                stop, saved = self._reward_failures(last), None
-                if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last or stop):
-                    saved = self.save()
-                if stop:
-                    kept = f"checkpoint {saved}" if saved is not None else "not checkpointed: checkpointing is off"
-                    raise RewardFailureError(f"{stop}; stopped after step {self.steps_done} ({kept})")
-            finished = True
-        finally:
-            self.rollouts.close()
-            logger.close(finished)
-            if self.rewarder is not None:
-                self.rewarder.close()
-        return history
+        run = RunLog(logger, events if is_main_rank() else None)
+        if self.steps_done == 0 and cfg.ppo.validation.at_start:
+            self._validated(run, {})
+        return run
+
+    def run_step(self, run: RunLog) -> dict[str, float]:
+        """One step of the run with what surrounds it: validation every ``ppo.validation.period`` steps and at the
+        last, the metrics logged, a checkpoint every ``checkpointing.save_period`` steps and at the last, the stop when
+        reward chunks failed past their budget. Returns the step's metrics."""
+        cfg = self.cfg
+        metrics = self.step()
+        last = self.steps_done == cfg.ppo.max_num_steps
+        if self.steps_done % cfg.ppo.validation.period == 0 or last:
+            metrics = self._validated(run, metrics)
+        else:
+            run.logger.log(self.steps_done, metrics)
+        run.history.append(metrics)
+        if run.events is not None:
+            run.events.step_end(self.steps_done, metrics)
+        stop, saved = self._reward_failures(last), None
+        if cfg.checkpointing.enabled and (self.steps_done % cfg.checkpointing.save_period == 0 or last or stop):
+            saved = self.save()
+            if run.events is not None:
+                run.events.saved(self.steps_done, saved)
+        if stop:
+            kept = f"checkpoint {saved}" if saved is not None else "not checkpointed: checkpointing is off"
+            raise RewardFailureError(f"{stop}; stopped after step {self.steps_done} ({kept})")
+        return metrics
+
+    def _validated(self, run: RunLog, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` (the step's, or none at the start) with the validation's, logged as the step's record."""
+        validation = self.validate()
+        run.logger.log(self.steps_done, metrics | validation)
+        if run.events is not None:
+            run.events.validation_end(self.steps_done, validation)
+        return metrics | validation
+
+    def close_run(self, run: RunLog, finished: bool) -> None:
+        """Stop the rollouts' generation and the scoring processes, close the log (``finished``: the run reached its
+        end, which the trackers are told)."""
+        self.rollouts.close()
+        run.logger.close(finished)
+        if self.rewarder is not None:
+            self.rewarder.close()
 
     def _reward_failures(self, last: bool) -> str | None:
         """Rank 0's verdict on the step's failed reward chunks (``FailureBudget.end_step``), on every rank."""

@@ -29,6 +29,7 @@ from dtppo.errors import InputError
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.rewards.verifiers.math import math_reward
 from dtppo.rewards.verifiers.steps import step_rewards
+from dtppo.usercode.given import GivenInputs
 from dtppo.usercode.loading import load_callable
 
 RewardFunction = Callable[..., Sequence[Any]]
@@ -98,16 +99,25 @@ _BUILTIN_FUNCTIONS: dict[str, RewardFunction] = {
 }
 
 
-def reward_function(spec: str) -> RewardFunction:
-    """The callable ``spec`` names (a built-in, ``path/to/file.py:name`` or ``package.module:name``), through the
-    loader the config uses. Raises ``RewardFunctionError`` for a malformed spec, a missing file or module, a
-    missing name, or a name that is not callable."""
+def reward_function(spec: str, given: GivenInputs | None = None) -> RewardFunction:
+    """The callable ``spec`` names (a built-in, ``path/to/file.py:name``, ``package.module:name`` or the name of one
+    of the ``given`` functions), through the loader the config uses. Raises ``RewardFunctionError`` for a malformed
+    spec, a missing file or module, a missing name, or a name that is not callable."""
     try:
         parsed = parse_spec(spec)
     except ValueError as err:
         raise RewardFunctionError(f"reward function {err}") from None
     if parsed.kind == "builtin":
         return _BUILTIN_FUNCTIONS[parsed.name]
+    if parsed.kind == "given":
+        fn = given.function(parsed.name) if given is not None else None
+        if fn is None:
+            raise RewardFunctionError(
+                f"reward function {spec!r} is neither a built-in ({', '.join(_BUILTIN_FUNCTIONS)}) nor a function "
+                "given in Python (PPOTrainer(reward_funcs=...)); code in a file or module is named "
+                "path/to/file.py:name or package.module:name"
+            )
+        return fn
     return load_callable(parsed, "reward function", RewardFunctionError)
 
 
@@ -208,9 +218,9 @@ def _step_problem(pair: Any, length: int) -> str | None:
     return None
 
 
-def load_functions(specs: Sequence[str]) -> list[tuple[str, RewardFunction]]:
-    """(spec, callable) for each spec, in order."""
-    return [(spec, reward_function(spec)) for spec in specs]
+def load_functions(specs: Sequence[str], given: GivenInputs | None = None) -> list[tuple[str, RewardFunction]]:
+    """(spec, callable) for each spec, in order (``given``: the functions passed in Python, by name)."""
+    return [(spec, reward_function(spec, given)) for spec in specs]
 
 
 def score_job(

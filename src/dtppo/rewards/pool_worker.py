@@ -8,19 +8,21 @@ import os
 
 from dtppo.rewards.functions import load_functions, score_job
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
+from dtppo.usercode.given import GivenInputs
 from dtppo.usercode.sandbox import confine, exit_if_forked
 
 OUTPUT_CAP = "reward function output (reward.max_print_bytes)"  # names the cap in its notice
 
 
-def serve(conn, specs: list[str], memory_limit_mib: int, max_print_bytes: int) -> None:
-    """A scoring process: bound itself (``sandbox.confine``), load the functions ``specs`` name, build
+def serve(conn, specs: list[str], given: GivenInputs | None, memory_limit_mib: int, max_print_bytes: int) -> None:
+    """A scoring process: bound itself (``sandbox.confine``), load the functions ``specs`` name (``given``: those
+    passed in Python, pickled by value), build
     math-verify's parser (its first use is the slow one), report ``("ready", pid)``, then answer each chunk
     ``(offset, prompts, completions, columns)`` with ``score_job``'s answer (saying ``("at", spec)`` before each
     function runs) until it receives None or its parent goes away."""
     output = confine(memory_limit_mib, max_print_bytes, OUTPUT_CAP)
     try:
-        functions = load_functions(specs)
+        functions = load_functions(specs, given)
     except Exception as err:  # the parent loaded them first, so only a file changed since fails here
         functions, failure = None, str(err)
     gsm8k_reward("\\boxed{\\frac{1}{2}}", "0.5")

@@ -24,6 +24,7 @@ from dtppo.data.problem import Problem
 from dtppo.rewards.failures import ChunkFailure, FailureBudget
 from dtppo.rewards.functions import Score, Scores, Steps, check_arguments, load_functions
 from dtppo.rewards.scoring import RewardScorer
+from dtppo.usercode.given import GivenInputs
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,13 @@ def reward_columns(problems: list[Problem]) -> dict[str, list]:
     return columns
 
 
-def check_reward_arguments(functions: tuple[str, ...], problems: list[Problem]) -> None:
-    """Each reward function (``reward.functions``) requires only arguments the rows give it
-    (``functions.check_arguments``)."""
+def check_reward_arguments(
+    functions: tuple[str, ...], problems: list[Problem], given: GivenInputs | None = None
+) -> None:
+    """Each reward function (``reward.functions``; ``given``: those passed in Python) requires only arguments the
+    rows give it (``functions.check_arguments``)."""
     available = list(reward_columns(problems[:1]))
-    for spec, fn in load_functions(functions):
+    for spec, fn in load_functions(functions, given):
         check_arguments(spec, fn, available)
 
 
@@ -127,11 +130,18 @@ class Rewarder:
     """Scores a batch: ``reward.functions`` (weights ``reward.weights``), the accuracy verifier when it is not among
     them (weight 0: for ``validation/accuracy``), the RM at ``reward.model.path`` and the PRM at
     ``reward.process_model.path``, which read each prompt with ``system_prompt`` (``data.system_prompt``) as the
-    policy did. ``backend``: ``cluster.backend``, where the
-    functions run (``RewardScorer``); ``device``: the RM's. Its ``budget`` counts the failed chunks of each step
+    policy did. ``backend``: ``cluster.backend``, where the functions run (``RewardScorer``); ``device``: the RM's;
+    ``given``: the functions passed in Python. Its ``budget`` counts the failed chunks of each step
     (``failures.FailureBudget``)."""
 
-    def __init__(self, reward: RewardConfig, system_prompt: str | None, backend: str, device: torch.device | None):
+    def __init__(
+        self,
+        reward: RewardConfig,
+        system_prompt: str | None,
+        backend: str,
+        device: torch.device | None,
+        given: GivenInputs | None = None,
+    ):
         self.system_prompt = system_prompt
         specs = list(reward.functions)
         self.weights = list(reward.weights)
@@ -141,7 +151,7 @@ class Rewarder:
             self.weights.append(0.0)
             self.names.append(reward.accuracy_from)
         self.accuracy_name = reward.accuracy_from
-        self.scorer = RewardScorer(reward, backend, specs)
+        self.scorer = RewardScorer(reward, backend, specs, given)
         self.budget = FailureBudget(reward.max_failed_fraction, reward.failure_window)
         self.model, self.model_weight = None, reward.model.weight
         if reward.model.path is not None:

@@ -37,6 +37,7 @@ from dtppo.rewards.functions import (
     score_job,
 )
 from dtppo.rewards.pool_worker import OUTPUT_CAP, serve
+from dtppo.usercode.given import GivenInputs
 from dtppo.usercode.pool import JobFailure, ProcessPool
 from dtppo.usercode.sandbox import confine, exit_if_forked
 
@@ -49,9 +50,9 @@ class ScoringActor:
     """Plain class; made a Ray actor by RewardScorer. Bounded as a pool worker is (Ray runs each actor in a process
     of its own)."""
 
-    def __init__(self, specs: list[str], memory_limit_mib: int, max_print_bytes: int):
+    def __init__(self, specs: list[str], given: GivenInputs | None, memory_limit_mib: int, max_print_bytes: int):
         self.output = confine(memory_limit_mib, max_print_bytes, OUTPUT_CAP)
-        self.functions = load_functions(specs)
+        self.functions = load_functions(specs, given)
         self.pid = os.getpid()
 
     def score(self, job: tuple) -> tuple:
@@ -81,9 +82,10 @@ def _chunks(n: int, workers: int) -> list[slice]:
 
 class RewardScorer:
     """Runs the reward functions ``specs`` name in ``cfg.num_workers`` processes (backend "local") or Ray actors
-    (backend "ray"), or in this process (``num_workers: 0``)."""
+    (backend "ray"), or in this process (``num_workers: 0``); ``given``: the functions passed in Python, which travel
+    to the processes pickled by value."""
 
-    def __init__(self, cfg: RewardConfig, backend: str, specs: list[str]):
+    def __init__(self, cfg: RewardConfig, backend: str, specs: list[str], given: GivenInputs | None = None):
         self.cfg, self.backend = cfg, backend
         parsed = [parse_spec(s) for s in specs]
         self.specs = [p.absolute() for p in parsed]
@@ -92,16 +94,19 @@ class RewardScorer:
         # No functions (a reward model alone): nothing to fan out, so no processes to start.
         self.num_workers = cfg.num_workers if specs else 0
         bounds = (cfg.memory_limit_mib, cfg.max_print_bytes)
+        given = given.functions_only() if given is not None and given.functions else None
         if self.num_workers == 0:
-            self.functions = load_functions(self.specs)
+            self.functions = load_functions(self.specs, given)
+        if self.num_workers > 0 and given is not None:
+            given.check_portable(f"the {self.num_workers} scoring processes (reward.num_workers; 0 scores in this one)")
         if self.num_workers > 0 and backend == "local":
-            self.pool = ProcessPool(cfg.num_workers, serve, (self.specs, *bounds), "dtppo-reward")
+            self.pool = ProcessPool(cfg.num_workers, serve, (self.specs, given, *bounds), "dtppo-reward")
         if self.num_workers > 0 and backend == "ray":
             import ray
 
             # num_cpus=0: the rank actors hold the placement group's CPUs; scoring must still schedule.
             self._actor_cls = ray.remote(num_cpus=0)(ScoringActor)
-            self._actor_args = (self.specs, *bounds)
+            self._actor_args = (self.specs, given, *bounds)
             self.actors = [self._actor_cls.remote(*self._actor_args) for _ in range(cfg.num_workers)]
 
     def wait_ready(self) -> None:

@@ -13,13 +13,15 @@ from dtppo.data.problem import Problem, Prompt
 @dataclass(frozen=True)
 class EvalResult:
     """accuracy: the verifier's mean (None for a task without one); reward: the mean total reward; rewards: each
-    reward part's mean by metric name; samples: (prompt, response, reference, total reward) per problem."""
+    reward part's mean by metric name; samples: (prompt, response, reference, total reward) per problem; step: the
+    steps the evaluated policy was trained (0: the starting policy)."""
 
     accuracy: float | None
     reward: float
     rewards: dict[str, float]
     avg_length: float
     samples: list[tuple[Prompt, str, Any, float]]
+    step: int = 0
 
 
 def eval_result(

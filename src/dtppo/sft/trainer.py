@@ -27,7 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from dtppo.config import TASK_VERIFIERS, Config, OptimizerConfig, SchedulerConfig
 from dtppo.config import from_dict as config_from_dict
 from dtppo.data.chat import ChatFormat, encode_prompts
-from dtppo.data.loader import PromptLoader, build_sources
+from dtppo.data.loader import DatasetRows, PromptLoader, build_sources
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import barrier, broadcast_object, is_main_rank
 from dtppo.distributed.context import ContextShards
@@ -48,6 +48,7 @@ from dtppo.observability.metrics import to_floats
 from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.rewards.functions import reward_function
 from dtppo.types import Experience, build_episode_rows, build_response_mask
+from dtppo.usercode.given import GivenInputs
 from dtppo.workers.layout import RankLayout
 from dtppo.workers.updater import Updater
 
@@ -129,7 +130,7 @@ class Plateau:
         return self.patience > 0 and self.stale >= self.patience
 
 
-def run_sft(cfg: Config) -> dict[str, float]:
+def run_sft(cfg: Config, given: GivenInputs | None = None) -> dict[str, float]:
     """Train from ``policy.model`` (path or tiny config) and save an HF directory at ``sft.output_dir``, with its
     results in ``sft_results.json`` there. Every launched rank calls this: the model is laid out as the policy is
     (``policy.parallel``: FSDP2 and tensor parallel on the rank's device), each rank trains on its share of every
@@ -161,7 +162,10 @@ def run_sft(cfg: Config) -> dict[str, float]:
         enabled=is_main_rank(),
     )
     start = time.perf_counter()
-    source, validation = build_sources(cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer)
+    rows = (given or GivenInputs()).rows
+    source, validation = build_sources(
+        cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer, rows=rows
+    )
     generator: Generator = TorchGenerator(
         whole, stop_token_ids(whole, tokenizer), tokenizer.pad_token_id, cfg.policy.generation.decoder
     )
@@ -171,7 +175,7 @@ def run_sft(cfg: Config) -> dict[str, float]:
         generator = EpisodeGenerator(generator, env, tokenizer, cfg.env, ChatFormat.of(cfg.data))
     run = SFTRun(cfg, model, whole, layout, tokenizer, generator, validation, logger, env)
     try:
-        results, step = run.stages(source)
+        results, step = run.stages(source, rows)
     finally:
         generator.close()
     results["sft/seconds"] = time.perf_counter() - start
@@ -206,8 +210,9 @@ class SFTRun:
         self.logger, self.env = logger, env
         self.by_accuracy = cfg.data.task != "custom"  # a custom task has no verifier to judge answers by
 
-    def stages(self, source) -> tuple[dict[str, float], int]:
-        """The main stage to its plateau, then the careless stage: their results and the last step trained."""
+    def stages(self, source, rows: DatasetRows) -> tuple[dict[str, float], int]:
+        """The main stage to its plateau on ``source``, then the careless stage (on ``rows`` where the training rows
+        were given in Python): their results and the last step trained."""
         sft = self.cfg.sft
         plateau = Plateau(sft.patience, sft.min_improvement, sft.min_accuracy)
         updater = self.updater(sft.optimizer, sft.scheduler)
@@ -227,6 +232,7 @@ class SFTRun:
                 self.cfg.ppo.seed,
                 self.cfg.ppo.validation.max_samples,
                 careless_fraction=careless.careless_fraction,
+                rows=rows,
             )
             updater = self.updater(
                 dataclasses.replace(sft.optimizer, lr=careless.lr), SchedulerConfig(total_steps=careless.num_steps)
@@ -381,6 +387,6 @@ def sft_is_done(cfg: Config) -> bool:
     return (Path(cfg.sft.output_dir) / "config.json").is_file()
 
 
-def sft_rank(tree: dict) -> None:
-    """One rank of `dtppo sft` (the config as a plain tree: what a launcher hands a rank)."""
-    run_sft(config_from_dict(tree))
+def sft_rank(tree: dict, given: GivenInputs | None = None) -> None:
+    """One rank of SFT (the config as a plain tree: what a launcher hands a rank; ``given``: rows passed in Python)."""
+    run_sft(config_from_dict(tree), given)

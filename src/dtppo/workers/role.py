@@ -1,6 +1,6 @@
 """The policy and the critic as roles: one worker on its pool of ranks, called the same way from every rank.
 
-The trainer is one SPMD program: every rank runs ``PPOTrainer.step``. When policy and critic are colocated
+The trainer is one SPMD program: every rank runs ``PPOLoop.step``. When policy and critic are colocated
 every rank holds both workers and a call's result is already whole on every rank. When they live in separate
 pools (``cluster.policy_ranks``) a rank holds one of them: a role's methods run where its worker lives and
 hand the result (broadcast from the pool's first rank) to every rank. ``train`` and the checkpoint calls

@@ -65,7 +65,6 @@ def test_overrides_and_inheritance():
         ("policy.train_global_batch_size=48", "policy.train_global_batch_size"),
         ("value.train_micro_batch_size=5", "value.train_micro_batch_size"),
         ("policy.optimizer.betas=[0.9]", "policy.optimizer.betas"),
-        ("data.task=gsm8k", "data.train.path"),
         ("cluster.workers_per_node=0", "cluster.workers_per_node"),
         ("cluster.num_nodes=-1", "cluster.num_nodes"),
         ("cluster.backend=slurm", "cluster.backend"),

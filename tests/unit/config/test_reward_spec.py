@@ -29,8 +29,8 @@ def test_each_form_parses_to_its_kind_and_metric_name(text, expected):
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("gsm9k", "neither a built-in"),
         ("rewards.py", "neither a built-in"),
+        ("gsm 9k", "neither a built-in"),
         (":score", "neither a built-in"),
         ("rewards.py:", "neither a built-in"),
         ("rewards.py:not-a-name", "is not a Python name"),

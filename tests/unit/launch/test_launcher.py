@@ -7,7 +7,7 @@ Ray: tests/functional/test_ray.py."""
 import pytest
 
 from dtppo.config import ClusterConfig
-from dtppo.errors import CheckpointError, InputError, RunStopped
+from dtppo.errors import CheckpointError, InputError, NonFiniteError, RunStopped
 from dtppo.launch.launcher import DEBUG_ENV, LocalLauncher, absolute_paths, build_launcher, launch, stops_reported
 
 
@@ -52,15 +52,15 @@ class _RankExited(Exception):
         self.exit_code = exit_code
 
 
-def test_launch_turns_a_spawned_ranks_stop_into_this_processs_exit_code_and_always_shuts_down():
+def test_launch_turns_a_spawned_ranks_stop_into_its_error_reported_and_always_shuts_down():
     ran = []
     ok = _Launcher(None)
     launch(ok, ran.append, "work")
     assert ran == ["work"] and ok.shut
-    stopped = _Launcher(_RankExited(InputError.exit_code))
-    with pytest.raises(SystemExit) as exit_:
+    stopped = _Launcher(_RankExited(NonFiniteError.exit_code))
+    with pytest.raises(NonFiniteError, match="^a rank stopped the run with exit code 3; its line is above$") as err:
         launch(stopped, ran.append)
-    assert exit_.value.code == 2 and stopped.shut
+    assert err.value.reported and stopped.shut  # the rank printed its line: the command line exits 3 without one
     crashed = _Launcher(_RankExited(-11))  # not a stop: the error itself goes on
     with pytest.raises(_RankExited):
         launch(crashed, ran.append)

@@ -10,6 +10,7 @@ import pytest
 from dtppo import config as config_lib
 from dtppo.config import ConfigError
 from dtppo.launch.preflight import preflight
+from dtppo.usercode.given import GivenInputs
 from tests.support.bad_configs import GSM8K, assert_refused, ids
 from tests.support.recipes import REPO, TINY
 
@@ -28,6 +29,9 @@ BAD = [
     ("not a model", [f"policy.model.path={REPO / 'recipes'}"], "policy.model.path"),
     ("hf keys", [*GSM8K, "data.train.split=train"], "data.train.split"),
     ("hf keys", [*GSM8K, "data.validation.hf_config=main"], "data.validation.hf_config"),
+    ("missing key", ["data.task=math"], "data.train.path"),
+    ("unknown function", ["reward.functions=[gsm9k]"], "reward.functions[0]"),
+    ("nothing to reward", [*GSM8K, "data.task=custom"], "reward.functions"),
 ]
 
 
@@ -55,6 +59,18 @@ def test_load_leaves_what_the_recipe_names_to_preflight():
     cfg = config_lib.load(TINY, ["policy.model.path=/nonexistent/model"])
     with pytest.raises(ConfigError, match=r"^policy\.model\.path: no such model directory"):
         preflight(cfg)
+
+
+def test_rows_and_functions_given_in_python_stand_for_the_keys():
+    cfg = config_lib.load(TINY, ["data.task=custom", "reward.functions=[mine]", "ppo.init_from_sft=false"])
+    with pytest.raises(ConfigError, match=r"^data\.train\.path: required when data\.task is custom"):
+        preflight(cfg)
+    rows = [{"prompt": "2+2?"}]
+    with pytest.raises(ConfigError, match=r"^reward\.functions\[0\]: reward function 'mine' is neither a built-in"):
+        preflight(cfg, GivenInputs(train_rows=rows, validation_rows=rows))
+    preflight(cfg, GivenInputs((("mine", len),), train_rows=rows, validation_rows=rows))
+    with pytest.raises(ConfigError, match=r"^data\.task: tiny_math generates its problems"):
+        preflight(config_lib.load(TINY), GivenInputs(train_rows=rows))
 
 
 def test_the_real_files_and_a_hub_name_are_accepted():

@@ -13,9 +13,10 @@ from dtppo.config import TASK_VERIFIERS, RewardConfig, from_dict
 from dtppo.config.reward_spec import BUILTINS, parse_spec
 from dtppo.data.problem import Problem
 from dtppo.rewards import RewardFunctionError, reward_function
-from dtppo.rewards.functions import _BUILTIN_FUNCTIONS, call_function, check_arguments
+from dtppo.rewards.functions import _BUILTIN_FUNCTIONS, call_function, check_arguments, load_functions
 from dtppo.rewards.rewarder import Rewarder
 from dtppo.rewards.scoring import RewardScorer
+from dtppo.usercode.given import GivenInputs
 
 USER_FILE = """
 import json, os
@@ -60,11 +61,20 @@ def user_file(tmp_path, monkeypatch) -> Path:
     return path
 
 
+def test_a_given_function_is_found_by_its_name():
+    given = GivenInputs((("mine", len),))
+    assert reward_function("mine", given) is len
+    assert [fn for _, fn in load_functions(["gsm8k", "mine"], given)][1] is len
+    with pytest.raises(RewardFunctionError, match="'yours' is neither a built-in"):
+        reward_function("yours", given)
+
+
 def test_specs_parse_to_their_kind_and_metric_name():
     assert (parse_spec("gsm8k").kind, parse_spec("gsm8k").name) == ("builtin", "gsm8k")
     assert (parse_spec("a/b.py:f").kind, parse_spec("a/b.py:f").name) == ("file", "f")
     assert (parse_spec("pkg.mod:g").kind, parse_spec("pkg.mod:g").target) == ("module", "pkg.mod")
-    for bad in ["gsm9k", "file.py", ":f", "pkg.mod:", "pkg.mod:not-a-name", "bad module:f"]:
+    assert (parse_spec("mine").kind, parse_spec("mine").name) == ("given", "mine")  # a function given in Python
+    for bad in ["file.py", ":f", "pkg.mod:", "pkg.mod:not-a-name", "bad module:f", "not a name"]:
         with pytest.raises(ValueError):
             parse_spec(bad)
 
@@ -89,7 +99,10 @@ def test_the_loader_finds_files_modules_and_builtins(user_file):
         ("{file}:absent", "has no 'absent'"),
         ("{file}:NOT_CALLABLE", "NOT_CALLABLE is a int, not callable"),
         ("no_such_module_xyz:f", "cannot import no_such_module_xyz: ModuleNotFoundError"),
-        ("gsm9k", "is neither a built-in"),
+        (
+            "gsm9k",
+            "'gsm9k' is neither a built-in (gsm8k, math, arithmetic_steps, arithmetic_first_error) nor a function",
+        ),
     ],
 )
 def test_loader_errors_name_the_spec(user_file, spec, fragment):
