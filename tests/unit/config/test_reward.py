@@ -37,6 +37,5 @@ def test_a_process_reward_model_alone_rewards_a_custom_task(tmp_path):
     rows.write_text('{"prompt": "q"}\n')
     custom = ["data.task=custom", f"data.train.path={rows}", f"data.validation.path={rows}", "reward.functions=[]"]
     cfg = tiny_config(*custom, f"{PRM}.path=prm", f"{PRM}.separator='. '")
+    # without it nothing rewards, which the run refuses when it is made (tests/unit/launch/test_preflight.py)
     assert cfg.reward.process_model.separator == ". " and cfg.reward.functions == ()
-    with pytest.raises(Exception, match="reward.process_model.path"):  # and without it, nothing rewards
-        tiny_config(*custom)

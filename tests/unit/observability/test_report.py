@@ -2,7 +2,7 @@
 labelled by its step, and the critic's explained variance over the steps where it is defined."""
 
 from dtppo.observability.logger import MetricsLogger
-from dtppo.observability.report import results_table, table
+from dtppo.observability.report import results_table, run_results, table
 
 
 def results_rows(log_dir, records: list[tuple[int, dict]]) -> dict[str, str]:
@@ -84,3 +84,32 @@ def test_a_task_without_a_verifier_shows_its_validation_reward_and_the_step_time
         "mean PPO step time (s)": "3.0000",
     }
     assert "validation reward" not in results_table(str(tmp_path), {}, history)  # a verifier: accuracy is the figure
+
+
+def test_the_results_object_holds_what_the_table_shows(tmp_path):
+    critic = {"train/critic/returns_var": 0.2}
+    records = [
+        (0, {"validation/accuracy": 0.25, "validation/reward": 0.3}),
+        (1, TRAIN | critic | {"train/critic/explained_var": 0.1}),
+        (
+            2,
+            TRAIN | critic | {"train/critic/explained_var": 0.5, "validation/accuracy": 0.75, "validation/reward": 0.8},
+        ),
+    ]
+    logger = MetricsLogger(tmp_path, total_steps=2, tensorboard=False, progress=False)
+    for step, metrics in records:
+        logger.log(step, metrics)
+    logger.close()
+    results = run_results(str(tmp_path), {"sft/accuracy": 0.2}, [{"timing/step": 1.0}, {"timing/step": 3.0}])
+    assert (results.accuracy_start, results.accuracy_end, results.end_step, results.best_accuracy) == (
+        0.25,
+        0.75,
+        2,
+        0.75,
+    )
+    assert (results.reward_start, results.reward_end, results.gain_points) == (0.3, 0.8, 50.0)
+    assert (results.explained_var_first, results.explained_var_last_half) == (0.1, 0.5)  # the last half: step 2
+    assert results.mean_step_seconds == 2.0 and results.sft == {"sft/accuracy": 0.2}
+    assert results.table() == results_table(
+        str(tmp_path), {"sft/accuracy": 0.2}, [{"timing/step": 1.0}, {"timing/step": 3.0}]
+    )
