@@ -197,3 +197,23 @@ def test_the_example_notebook_runs_on_a_jupyter_kernel(tmp_path, monkeypatch):
     assert "dtppo results" in text and "2 steps; evaluated at step 2" in text
     assert sum("image/png" in output.get("data", {}) for output in outputs) == 1  # the curves, inline
     assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2]
+
+
+@pytest.mark.slow  # a fresh interpreter, its scoring process and 2 steps of the number task: ~25 s
+def test_the_example_script_trains_the_number_task(tmp_path):
+    import subprocess
+    import sys
+
+    script = REPO / "examples" / "train_from_python.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--steps", "2", "--out", str(tmp_path / "run")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "step 0: validation reward" in proc.stdout and "step 2: validation reward" in proc.stdout
+    assert "dtppo results" in proc.stdout and "final validation reward" in proc.stdout
+    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "train/reward" in r]
+    assert len(steps) == 2 and all("train/reward/digit_share" in r for r in steps)
