@@ -8,7 +8,7 @@ codes."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -91,11 +91,10 @@ class PPOTrainer:
         self._callbacks.train_begin(self.config)
         tree = absolute_paths(self.config.to_dict())
         if self.in_process:
-            launch(build_launcher(self.config.cluster), ppo_rank, tree, self.given, self._callbacks)
+            run_on_ranks(self.config.cluster, ppo_rank, tree, self.given, self._callbacks)
         else:
-            self.given.check_portable(f"the {_ranks(self.config.cluster)}")
             with EventListener(self._callbacks) as events:
-                launch(build_launcher(self.config.cluster), run_rank, ppo_rank, tree, self.given, events)
+                run_on_ranks(self.config.cluster, ppo_rank, tree, self.given, events)
         self._results = self._read_results()
         self._callbacks.train_end(self._results)
         return self._results
@@ -212,13 +211,19 @@ def train_sft(cfg: Config, given: GivenInputs | None = None) -> dict[str, float]
         cluster = dataclasses.replace(
             cluster, num_nodes=1, workers_per_node=policy_ranks, policy_ranks=0, generation_ranks=0
         )
-    tree = absolute_paths(cfg.to_dict())
-    if in_process(cluster):
-        launch(build_launcher(cluster), sft_rank, tree, given)
-    else:
-        given.check_portable(f"the {_ranks(cluster)}")
-        launch(build_launcher(cluster), run_rank, sft_rank, tree, given)
+    run_on_ranks(cluster, sft_rank, absolute_paths(cfg.to_dict()), given)
     return saved_results(cfg)
+
+
+def run_on_ranks(cluster: ClusterConfig, fn: Callable[..., None], tree: dict, given: GivenInputs, *args) -> None:
+    """``fn(tree, given, *args)`` on ``cluster``'s ranks: called here when the rank is this process (its errors
+    raised as they are), else in the launched ranks (each stop printed there, raised here by its class), once
+    ``given`` is known to travel."""
+    if in_process(cluster):
+        launch(build_launcher(cluster), fn, tree, given, *args)
+        return
+    given.check_portable(f"the {_ranks(cluster)}")
+    launch(build_launcher(cluster), run_rank, fn, tree, given, *args)
 
 
 def in_process(cluster: ClusterConfig) -> bool:
