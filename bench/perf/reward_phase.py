@@ -1,12 +1,14 @@
 """What step rewards cost in the reward phase of the tiny recipe: the phase as the trainer runs it
-(``ppo.reward_phase.score_batch``: decode, score, place the steps) on 64 answers written as the SFT data writes
-them (tiny_math's worked solutions, character tokens), with the recipe's 2 scoring processes and in-process. Two
-pairs of arms, each pair interleaved call by call, medians shown: the verifier's score as an outcome against the
-same score as a step at the answer's end (the mechanism's cost: checking, merging and placing steps; goal at most
-1.1x), and the verifier alone against the verifier with ``arithmetic_steps`` (what a step scorer adds by its own
-work). Writes bench/results/perf/reward_phase.json.
+(``ppo.reward_phase.rewarded``: decode, score, place the steps, add the rewards to the batch) on 64 answers written
+as the SFT data writes them (tiny_math's worked solutions, character tokens), with the recipe's 2 scoring processes
+and in-process. Two pairs of arms, each pair interleaved call by call: the verifier's score as an outcome against
+the same score as a step at the answer's end (the mechanism's cost: checking, merging and placing steps; goal at
+most 1.1x), and the verifier alone against the verifier with ``arithmetic_steps`` (what a step scorer adds by its
+own work). Each pair is measured ``--repeats`` times with fresh scoring processes: the ratio moves more between
+repeats than within one (where the processes land on a shared machine's cores). Writes
+bench/results/perf/reward_phase.json.
 
-    python -m bench.perf.reward_phase [--calls 200] [--workers 2 0] [--out FILE]
+    python -m bench.perf.reward_phase [--calls 300] [--repeats 3] [--workers 2 0] [--out FILE]
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from bench.common.record import command_line, write_record
 from dtppo.config import load
 from dtppo.data.tiny_math import make_problem
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.ppo.reward_phase import score_batch
+from dtppo.ppo.reward_phase import rewarded
+from dtppo.ppo.sample_filters import overlong_penalties
 from dtppo.rewards.rewarder import Rewarder
 from dtppo.rewards.verifiers.gsm8k import gsm8k_reward
 from dtppo.types import Experience
@@ -85,7 +88,7 @@ def phase_times(arms: tuple[str, ...], workers: int, calls: int) -> dict[str, li
             # ABBA: the second call of a pair runs a few percent slower (measured: an arm against itself, 1.03x)
             for name, rewarder in list(rewarders.items())[:: 1 if call % 2 else -1]:
                 start = time.perf_counter()
-                score_batch(rewarder, tok, experience, problems)
+                rewarded(rewarder, tok, experience, problems, overlong_penalties(experience, recipe))
                 if call >= 10:
                     times[name].append(time.perf_counter() - start)
     finally:
@@ -94,13 +97,16 @@ def phase_times(arms: tuple[str, ...], workers: int, calls: int) -> dict[str, li
     return times
 
 
-def rows_of(times: dict[str, list[float]], workers: int, command: str) -> list[dict]:
-    """One row per arm; the second of the pair carries its ratio to the first, the median over rounds of their
-    calls' ratio (a round's calls are adjacent, so the machine's drift cancels), and the goal for the step form."""
-    (base, base_times), (name, arm_times) = times.items()
-    median = {base: statistics.median(base_times), name: statistics.median(arm_times)}
+def rows_of(repeats: list[dict[str, list[float]]], workers: int, command: str) -> list[dict]:
+    """One row per arm; the second of the pair carries its ratio to the first: in each repeat the median over rounds
+    of their calls' ratio (a round's calls are adjacent, so the machine's drift cancels), and the median of those,
+    held against the goal for the step form."""
+    base, name = list(repeats[0])  # the pair, in its order
+    pooled = {arm: [t for times in repeats for t in times[arm]] for arm in (base, name)}
+    median = {arm: statistics.median(times) for arm, times in pooled.items()}
     rows = [{"workers": workers, "arm": n, "ms_median": 1e3 * m, "command": command} for n, m in median.items()]
-    rows[1]["ratio"] = statistics.median(a / b for a, b in zip(arm_times, base_times))
+    ratios = [statistics.median(a / b for a, b in zip(times[name], times[base])) for times in repeats]
+    rows[1] |= {"ratio": statistics.median(ratios), "ratio_repeats": ratios}
     rows[1]["ratio_of_medians"] = median[name] / median[base]
     if base == "outcome":
         rows[1] |= {"goal": GOAL, "meets_goal": rows[1]["ratio"] <= GOAL}
@@ -109,17 +115,20 @@ def rows_of(times: dict[str, list[float]], workers: int, command: str) -> list[d
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 0])
     parser.add_argument("--out", default=str(PERF / "reward_phase.json"))
     args = parser.parse_args()
     command, load_before, rows = command_line(), os.getloadavg(), []
-    print(f"reward phase of the tiny recipe, 64 answers; medians of {args.calls} calls per arm, interleaved")
-    print(f"{'scoring processes':<19}{'arm':<30}{'ms':>8}{'ratio':>8}")
+    print(f"reward phase of the tiny recipe, 64 answers; {args.repeats} x {args.calls} calls per arm, interleaved")
+    print(f"{'scoring processes':<19}{'arm':<30}{'ms':>8}{'ratio':>8}  repeats")
     for workers in args.workers:
         for pair in PAIRS:
-            for row in rows_of(phase_times(pair, workers, args.calls), workers, command):
-                ratio = f"{row['ratio']:>8.3f}" if "ratio" in row else ""
+            repeats = [phase_times(pair, workers, args.calls) for _ in range(args.repeats)]
+            for row in rows_of(repeats, workers, command):
+                each = " ".join(f"{r:.3f}" for r in row.get("ratio_repeats", []))
+                ratio = f"{row['ratio']:>8.3f}  {each}" if "ratio" in row else ""
                 print(f"{workers:<19}{row['arm']:<30}{row['ms_median']:>8.2f}{ratio}")
                 rows.append(row)
     meta = {

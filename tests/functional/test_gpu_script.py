@@ -48,6 +48,7 @@ PHASES = {
     "critic_update",
     "policy_update",
     "share_metrics",
+    "step_metrics",
     "step",
 }
 
@@ -93,7 +94,10 @@ def test_gpu_script_cpu_fallback(tmp_path):
     assert row["passed"] is True and row["shape"] == "smoke" and row["vocab_size"] == 512
     assert any(o.startswith("policy.model.path=") for o in row["overrides"])
     assert all(0 < f < 1.5 for f in row["update_peak_fraction"].values()) and len(row["update_peak_fraction"]) == 2
-    assert 0.9 < sum(row["phase_share"].values()) < 1.01  # the phases make up the step
+    # The phases make up the step: one measured step, so the shares sum to the timed part of it. Untimed are only
+    # the warmup's decision and the timer's bookkeeping (0.997-0.998 measured); the step's statistics left untimed
+    # (7 % here, 11 % on a loaded 2-core runner) fail it.
+    assert 0.97 < sum(row["phase_share"].values()) < 1.01
     assert row["max_memory_allocated_gib"] is None  # CUDA only
     decode = phases["decode"]
     assert set(decode["variants"]) == {"dtppo eager"} and decode["variants"]["dtppo eager"]["tokens_per_s"] > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from itertools import chain
 from typing import Protocol
 
 import numpy as np
@@ -59,15 +60,15 @@ def _char_ends(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, keep: np.nda
     """``token_char_ends`` in NumPy, whose calls cost a few microseconds where a small tensor op costs ten or more:
     this runs once per step on a batch of a few thousand tokens."""
     pieces, lengths = _vocabulary_pieces(tokenizer)
-    ends = np.where(keep, lengths[ids], 0).cumsum(axis=1)
-    counts, flat = keep.sum(1).tolist(), ids[keep].tolist()
+    ends = (lengths[ids] * keep).cumsum(axis=1)
+    flat = ids[keep]
     # Every row's pieces make its text when the rows' lengths agree and so do all rows' texts joined: one check
-    if ends[:, -1].tolist() == [len(t) for t in texts] and "".join([pieces[t] for t in flat]) == "".join(texts):
+    if ends[:, -1].tolist() == [len(t) for t in texts] and "".join(pieces[flat].tolist()) == "".join(texts):
         return ends
     start = 0
-    for r, (count, text) in enumerate(zip(counts, texts)):
-        row, start = flat[start : start + count], start + count
-        if "".join([pieces[t] for t in row]) != text:
+    for r, (count, text) in enumerate(zip(keep.sum(1).tolist(), texts)):
+        row, start = flat[start : start + count].tolist(), start + count
+        if "".join(pieces[row].tolist()) != text:
             prefixes = tokenizer.batch_decode([row[: k + 1] for k in range(len(row))], skip_special_tokens=True)
             exact = np.zeros(ids.shape[1], dtype=np.int64)
             exact[keep[r]] = [len(p) for p in prefixes]
@@ -78,14 +79,15 @@ def _char_ends(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, keep: np.nda
 _PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[list[str], np.ndarray]:
-    """(each token id's text decoded alone, special tokens as "", and [vocabulary] int64 their lengths), once per
-    tokenizer."""
+def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[np.ndarray, np.ndarray]:
+    """([vocabulary] object, each token id's text decoded alone, special tokens as ""; [vocabulary] int64, their
+    lengths), once per tokenizer. An object array: a batch's pieces are gathered by one indexing, not a loop."""
     if tokenizer not in _PIECES:
         ids = [[i] for i in range(len(tokenizer))]
         backend = getattr(tokenizer, "backend_tokenizer", None)  # one call into the Rust tokenizer when there is one
         decode = backend.decode_batch if backend is not None else tokenizer.batch_decode
-        pieces = decode(ids, skip_special_tokens=True)
+        pieces = np.empty(len(ids), dtype=object)
+        pieces[:] = decode(ids, skip_special_tokens=True)
         _PIECES[tokenizer] = pieces, np.array([len(p) for p in pieces], dtype=np.int64)
     return _PIECES[tokenizer]
 
@@ -95,25 +97,26 @@ def place_steps(
     experience: Experience,
     steps: list[tuple[tuple[int, float], ...]],
     texts: list[str],
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor:
     """Each row's step rewards (``(end, reward)`` pairs, ``end`` a character offset in its decoded response,
-    ``texts``: ``decode_responses``) on the token holding character ``end − 1`` -> (rewards [B, T] float32, summed
-    where steps share a token; mask [B, T] float32, 1 on those tokens), on the CPU."""
-    mask = scored_tokens(experience)
-    shape = mask.shape
-    if not any(steps):
-        return torch.zeros(shape), torch.zeros(shape)
-    ends = _char_ends(tokenizer, experience.input_ids.cpu().numpy(), mask.cpu().numpy(), texts)  # [B, T]
-    # One search over all rows: row b's ends shifted by b * span stay sorted (an end is at most its text's length,
-    # the row's last end, below span), and a step's target is its end shifted as its row is.
-    span = max(len(text) for text in texts) + 1
-    targets = np.array([end + b * span for b, row in enumerate(steps) for end, _ in row], dtype=np.int64)  # [S]
-    shifted = (ends + np.arange(shape[0])[:, None] * span).ravel()  # [B * T]
-    token = np.searchsorted(shifted, targets, side="left")  # [S]: b * T + the token holding character end - 1
-    rewards, marks = np.zeros(shape[0] * shape[1], dtype=np.float32), np.zeros(shape[0] * shape[1], dtype=np.float32)
-    np.add.at(rewards, token, np.array([reward for row in steps for _, reward in row], dtype=np.float32))
-    marks[token] = 1.0
-    return torch.from_numpy(rewards.reshape(shape)), torch.from_numpy(marks.reshape(shape))
+    ``texts``: ``decode_responses``) on the token holding character ``end − 1`` -> [2, B, T] float32 on the CPU:
+    the rewards (summed where steps share a token) and the mask of the tokens that hold a step."""
+    keep = scored_tokens(experience).cpu().numpy()
+    batch, width = keep.shape
+    counts = [len(row) for row in steps]
+    placed = np.zeros((2, batch * width), dtype=np.float32)
+    if any(counts):
+        ends = _char_ends(tokenizer, experience.input_ids.cpu().numpy(), keep, texts)  # [B, T]
+        # One search over all rows: row b's ends shifted by b * span stay sorted (an end is at most its text's
+        # length, the row's last end, below span), and a step's target is its end shifted as its row is.
+        span = int(ends[:, -1].max()) + 1
+        ends += np.arange(0, batch * span, span)[:, None]
+        pairs = np.fromiter(chain.from_iterable(chain.from_iterable(steps)), np.float64).reshape(-1, 2)  # [S, 2]
+        targets = pairs[:, 0].astype(np.int64) + np.repeat(np.arange(0, batch * span, span), counts)  # [S]
+        token = np.searchsorted(ends.ravel(), targets, side="left")  # [S]: b * T + the token holding character end - 1
+        placed[0] = np.bincount(token, weights=pairs[:, 1], minlength=batch * width)
+        placed[1, token] = 1.0
+    return torch.from_numpy(placed.reshape(2, batch, width))
 
 
 class Sampler(Protocol):

@@ -32,8 +32,24 @@ def score_batch(
     """Rank 0's part: the breakdown of ``experience``'s responses to ``problems`` and its reward tensors."""
     texts = decode_responses(tokenizer, experience)
     scored = rewarder.score(problems, texts)
-    steps = torch.stack(place_steps(tokenizer, experience, scored.steps, texts)) if any(scored.steps) else None
+    steps = place_steps(tokenizer, experience, scored.steps, texts) if any(scored.steps) else None
     return scored, BatchRewards(scored.outcome, scored.failed.float(), steps)
+
+
+def rewarded(
+    rewarder: Rewarder | None,
+    tokenizer: PreTrainedTokenizerBase,
+    experience: Experience,
+    problems: list[Problem],
+    penalties: torch.Tensor,
+) -> tuple[Experience, RewardBreakdown | None]:
+    """The reward phase on every rank: rank 0 (the one given ``rewarder``; None elsewhere) scores the batch and
+    places its steps, every rank receives the reward tensors and adds them, with ``penalties`` ([B], DAPO's overlong
+    shaping), to ``experience`` -> (``experience`` with its rewards, the breakdown on rank 0 and None elsewhere)."""
+    scored, rewards = None, None
+    if rewarder is not None:
+        scored, rewards = score_batch(rewarder, tokenizer, experience, problems)
+    return with_rewards(experience, shared(rewards, experience), penalties), scored
 
 
 def shared(rewards: BatchRewards | None, experience: Experience) -> BatchRewards:

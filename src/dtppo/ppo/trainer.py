@@ -23,7 +23,7 @@ from dtppo.observability.trackers import TrackerRuns
 from dtppo.ppo.advantage_estimator import build_estimator
 from dtppo.ppo.critic_warmup import CriticWarmup, critic_fit, defined_ev
 from dtppo.ppo.dynamic_sampling import build_group_filter
-from dtppo.ppo.reward_phase import score_batch, shared, with_rewards
+from dtppo.ppo.reward_phase import rewarded
 from dtppo.ppo.rollouts import Rollout, ScoredBatch, build_rollouts
 from dtppo.ppo.sample_filters import filter_samples, overlong_penalties
 from dtppo.ppo.step_metrics import timing_metrics, train_metrics
@@ -163,14 +163,16 @@ class PPOLoop:
         with timer("advantages"):
             experience = self.estimate(experience)
 
-        fit = critic_fit(experience) if self.value is not None else {}  # before any update: logged, and it judges
+        with timer("step_metrics"):  # before any update: the critic's fit is logged, and it judges the warmup
+            fit = critic_fit(experience) if self.value is not None else {}
         train_policy = self.warmup.policy_trains(self.steps_done, defined_ev(fit))  # the critic's warmup
         runs = self._update(experience, train_policy, timer)
 
         with timer("weight_refit"):  # policy version steps_done + 1 to whoever samples the next batches
             self.rollouts.publish(self.steps_done + 1, updated=train_policy)
 
-        metrics = train_metrics(cfg, batch, experience, runs, fit) | self._counters()
+        with timer("step_metrics"):
+            metrics = train_metrics(cfg, batch, experience, runs, fit) | self._counters()
         metrics |= timing_metrics(timer, experience, time.perf_counter() - step_start)
         self.steps_done += 1
         return to_floats(metrics)
@@ -195,11 +197,8 @@ class PPOLoop:
     def _rewarded(self, rollout: Rollout) -> tuple[Rollout, RewardBreakdown | None]:
         """``rollout`` with its rewards (overlong shaping included) on every rank; the reward parts on rank 0, None
         elsewhere (``reward_phase``)."""
-        scored, rewards = None, None
-        if self.rewarder is not None:
-            scored, rewards = score_batch(self.rewarder, self.tokenizer, rollout.experience, rollout.problems)
         penalties = overlong_penalties(rollout.experience, self.cfg)
-        experience = with_rewards(rollout.experience, shared(rewards, rollout.experience), penalties)
+        experience, scored = rewarded(self.rewarder, self.tokenizer, rollout.experience, rollout.problems, penalties)
         return dataclasses.replace(rollout, experience=experience), scored
 
     def _valued(self, rollout: Rollout) -> Rollout:

@@ -81,7 +81,8 @@ def weighted_parts(weighted: list[tuple[float, Scores]], failed: list[bool]) -> 
         for w, part in weighted if not lost else ():
             score = part[i]
             if type(score) is tuple:
-                merged += [(end, w * r) for end, r in score] if w != 0.0 else []
+                # weight 1 (the usual) keeps the function's own pairs: a step per line of every answer adds up
+                merged += score if w == 1.0 else [(end, w * r) for end, r in score] if w != 0.0 else ()
             elif score is not None:
                 total += w * score
         if len(merged) > 1:

@@ -1,10 +1,11 @@
 """The reward phase's tensors (``ppo.reward_phase``): no step tensors when no sample has a step, a batch's steps
-added to an episode's turn rewards, the failed samples out of training, the overlong penalties on the outcome."""
+added to an episode's turn rewards, the failed samples out of training, the overlong penalties on the outcome; the
+whole phase (``rewarded``) on rank 0 and on a rank without the scorer."""
 
 import torch
 
 from dtppo.models.tokenizer import build_char_tokenizer
-from dtppo.ppo.reward_phase import BatchRewards, score_batch, shared, with_rewards
+from dtppo.ppo.reward_phase import BatchRewards, rewarded, score_batch, shared, with_rewards
 from dtppo.rewards.rewarder import RewardBreakdown
 from dtppo.types import Experience
 
@@ -48,3 +49,19 @@ def test_a_batchs_steps_join_an_episodes_turn_rewards():
     out = with_rewards(_experience(step_rewards=turns, step_mask=turn_mask), rewards, torch.zeros(B))
     assert out.step_rewards[0, 3] == 2.5 and out.step_rewards[2, 2] == -1.0
     assert out.step_mask.sum() == 2 and out.sample_mask is None
+
+
+def test_the_phase_scores_places_and_adds_the_rewards():
+    tokenizer = build_char_tokenizer()
+    ids = torch.tensor(tokenizer.encode("1+1=2", add_special_tokens=False))
+    experience = _experience().replace(input_ids=torch.cat([torch.full((B, 2), 10), ids.expand(B, 5)], 1)[:, :T])
+    # the response is tokens 2..4, "1+1": a step ending at character 2 sits on token 3, at character 3 on token 4
+    steps = [((2, 0.25),), (), ((3, -1.0),)]
+    out, scored = rewarded(Fixed(steps), tokenizer, experience, [None] * B, -torch.ones(B))
+    assert scored.steps == steps and out.rewards.tolist() == [0.0, 0.0, 0.0]  # outcome 1 plus the penalty -1
+    assert out.step_rewards[0].tolist() == [0.0, 0.0, 0.0, 0.25, 0.0, 0.0]
+    assert out.step_rewards[2].tolist() == [0.0, 0.0, 0.0, 0.0, -1.0, 0.0] and out.step_mask.sum() == 2
+    assert out.sample_mask.tolist() == [1.0, 0.0, 1.0]  # the failed sample leaves training
+    # a rank without the scorer (one process here) gets no reward but its penalty, and nothing to log
+    elsewhere, nothing = rewarded(None, tokenizer, experience, [None] * B, -torch.ones(B))
+    assert nothing is None and elsewhere.rewards.tolist() == [-1.0] * B and elsewhere.step_rewards is None
