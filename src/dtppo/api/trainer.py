@@ -28,7 +28,7 @@ from dtppo.ppo.entry import ppo_rank
 from dtppo.ppo.trainer import PPOLoop, RunLog
 from dtppo.rewards.validation import EvalResult
 from dtppo.sft.trainer import check_floor, saved_results, sft_is_done, sft_rank
-from dtppo.usercode.given import GivenInputs
+from dtppo.usercode.given import NOTHING_GIVEN, GivenInputs
 
 
 def load_config(recipe: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:
@@ -68,6 +68,7 @@ class PPOTrainer:
         self._run: RunLog | None = None
         self._rank = ExitStack()
         self._first_step = 0  # the history's first step of the current call to train or run of step
+        self._results: RunResults | None = None  # the last run's, once it ended
 
     @property
     def history(self) -> list[dict[str, float]]:
@@ -86,18 +87,14 @@ class PPOTrainer:
             while self._loop.steps_done < self.config.ppo.max_num_steps:
                 self.step()
             return self._results
-        self._first_step = len(self.history)
-        self.sft_results = self._sft_first()
-        self._callbacks.train_begin(self.config)
+        self._begin()
         tree = absolute_paths(self.config.to_dict())
         if self.in_process:
             run_on_ranks(self.config.cluster, ppo_rank, tree, self.given, self._callbacks)
         else:
             with EventListener(self._callbacks) as events:
                 run_on_ranks(self.config.cluster, ppo_rank, tree, self.given, events)
-        self._results = self._read_results()
-        self._callbacks.train_end(self._results)
-        return self._results
+        return self._finish()
 
     def step(self) -> dict[str, float]:
         """One PPO step in this process (the first call runs SFT where needed, resumes and validates the start as
@@ -113,8 +110,7 @@ class PPOTrainer:
             raise
         if loop.steps_done == self.config.ppo.max_num_steps:
             self._end_run(finished=True)
-            self._results = self._read_results()
-            self._callbacks.train_end(self._results)
+            self._finish()
         return metrics
 
     def evaluate(self) -> EvalResult:
@@ -135,8 +131,7 @@ class PPOTrainer:
                 loop.maybe_resume()
                 return dataclasses.replace(loop.evaluate(), step=loop.steps_done)
             finally:
-                loop.rollouts.close()
-                loop.rewarder.close()
+                loop.close()
 
     def save_model(self, out_dir: str | Path) -> list[Path]:
         """Write the run's latest checkpoint (after saving the step reached here, when stepping) as HF models,
@@ -166,13 +161,23 @@ class PPOTrainer:
                     f"cluster: step() runs the loop in this process, and this run has {_ranks(self.config.cluster)}: "
                     "use train()"
                 )
-            self._first_step = len(self.history)
-            self.sft_results = self._sft_first()
-            self._callbacks.train_begin(self.config)
+            self._begin()
             self._rank.enter_context(this_process_as_rank())
             self._loop = PPOLoop(self.config, self.given)
             self._run = self._loop.open_run(self._callbacks)
         return self._loop, self._run
+
+    def _begin(self) -> None:
+        """A run's start, stepped or trained: SFT first where needed, then ``on_train_begin``."""
+        self._first_step = len(self.history)
+        self.sft_results = self._sft_first()
+        self._callbacks.train_begin(self.config)
+
+    def _finish(self) -> RunResults:
+        """A run's end: its results, read from its log, kept for ``train`` and given to ``on_train_end``."""
+        self._results = self._read_results()
+        self._callbacks.train_end(self._results)
+        return self._results
 
     def _end_run(self, finished: bool) -> None:
         if self._loop is not None:
@@ -203,9 +208,8 @@ class PPOTrainer:
         return run_results(self.config.logger.log_dir, self.sft_results, history, reward_is_the_figure)
 
 
-def train_sft(cfg: Config, given: GivenInputs | None = None) -> dict[str, float]:
+def train_sft(cfg: Config, given: GivenInputs = NOTHING_GIVEN) -> dict[str, float]:
     """SFT on the policy's ranks (``sft.run_sft``); the results it saved with the model."""
-    given = given or GivenInputs()
     cluster, policy_ranks = cfg.cluster, len(cfg.cluster.pool("policy"))
     if policy_ranks != cluster.world_size:  # the critic's or the generation ranks have no part in SFT
         cluster = dataclasses.replace(

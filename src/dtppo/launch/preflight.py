@@ -26,7 +26,7 @@ from dtppo.distributed.ranks import under_torchrun
 from dtppo.envs.interface import EnvironmentFailure, load_environment
 from dtppo.launch.model_checks import check_models
 from dtppo.rewards.functions import RewardFunctionError, reward_function
-from dtppo.usercode.given import GivenInputs
+from dtppo.usercode.given import NOTHING_GIVEN, GivenInputs
 
 VLLM_INSTALL = (
     "pip install 'dtppo[vllm]' on GPUs (the official wheel, vllm==0.32.0; it pins torch 2.13.0), or on CPU `make venv` "
@@ -36,7 +36,7 @@ VLLM_INSTALL = (
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # "Qwen/Qwen2.5-1.5B": resolved by transformers, not here
 
 
-def preflight(cfg: Config, given: GivenInputs | None = None) -> None:
+def preflight(cfg: Config, given: GivenInputs = NOTHING_GIVEN) -> None:
     """Each check above, for a Config from ``config.load`` (``given``: what a Python caller passed besides it, the
     reward functions and rows the config names but does not hold); raises ConfigError."""
     if cfg.policy.generation.backend == "vllm":
@@ -45,7 +45,7 @@ def preflight(cfg: Config, given: GivenInputs | None = None) -> None:
             "policy.generation.backend",
             f"vllm is not installed in this Python; install it with {VLLM_INSTALL}",
         )
-    _check_inputs_exist(cfg, given or GivenInputs())
+    _check_inputs_exist(cfg, given)
     check_models(cfg)
     if cfg.logger.wandb.enabled:
         _require_package("wandb", "logger.wandb.enabled", "wandb")

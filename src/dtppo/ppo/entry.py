@@ -7,10 +7,10 @@ from dtppo.config import from_dict
 from dtppo.distributed.ranks import run_worlds
 from dtppo.generation.remote import serve
 from dtppo.ppo.trainer import PPOLoop, RunEvents
-from dtppo.usercode.given import GivenInputs
+from dtppo.usercode.given import NOTHING_GIVEN, GivenInputs
 
 
-def ppo_rank(tree: dict, given: GivenInputs | None = None, events: RunEvents | None = None) -> None:
+def ppo_rank(tree: dict, given: GivenInputs = NOTHING_GIVEN, events: RunEvents | None = None) -> None:
     """One rank of a PPO run (the config as a plain tree: what a launcher hands a rank; ``given``: the reward
     functions and rows passed in Python): a training rank, whose rank 0 tells ``events`` of each step, or a
     generation rank, which serves the training ranks until they are done."""

@@ -31,7 +31,7 @@ from dtppo.rewards.failures import RewardFailureError
 from dtppo.rewards.rewarder import RewardBreakdown, Rewarder, check_reward_arguments
 from dtppo.rewards.validation import EvalResult, eval_result
 from dtppo.types import Experience
-from dtppo.usercode.given import GivenInputs
+from dtppo.usercode.given import NOTHING_GIVEN, GivenInputs
 from dtppo.workers.layout import RankLayout
 from dtppo.workers.policy import PolicyWorker
 from dtppo.workers.role import PolicyRole, ValueRole
@@ -47,7 +47,7 @@ class Stateful(Protocol):
 
 
 class RunEvents(Protocol):
-    """What a run tells whoever drives it, on rank 0 (``dtppo.PPOLoop``'s callbacks): a step's metrics (its
+    """What a run tells whoever drives it, on rank 0 (``dtppo.PPOTrainer``'s callbacks): a step's metrics (its
     ``validation/*`` included when it validated), a validation's, a checkpoint written."""
 
     def step_end(self, step: int, metrics: dict[str, float]) -> None: ...
@@ -76,7 +76,7 @@ class PPOLoop:
     logged.
     """
 
-    def __init__(self, cfg: Config, given: GivenInputs | None = None):
+    def __init__(self, cfg: Config, given: GivenInputs = NOTHING_GIVEN):
         self.cfg = cfg
         self.tokenizer = load_tokenizer(cfg.policy_init_path)
         cluster = cfg.cluster
@@ -99,7 +99,6 @@ class PPOLoop:
                 value_layout.ranks,
                 cluster.colocated,
             )
-        given = given or GivenInputs()
         train_source, self.validation_problems = build_sources(
             cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=self.tokenizer, rows=given.rows
         )
@@ -339,10 +338,13 @@ class PPOLoop:
         return metrics | validation
 
     def close_run(self, run: RunLog, finished: bool) -> None:
-        """Stop the rollouts' generation and the scoring processes, close the log (``finished``: the run reached its
-        end, which the trackers are told)."""
-        self.rollouts.close()
+        """``close``, and the log closed (``finished``: the run reached its end, which the trackers are told)."""
+        self.close()
         run.logger.close(finished)
+
+    def close(self) -> None:
+        """Stop the rollouts' generation and the scoring processes."""
+        self.rollouts.close()
         if self.rewarder is not None:
             self.rewarder.close()
 

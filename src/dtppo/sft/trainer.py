@@ -48,7 +48,7 @@ from dtppo.observability.metrics import to_floats
 from dtppo.ops import logprobs_from_logits, weighted_sum
 from dtppo.rewards.functions import reward_function
 from dtppo.types import Experience, build_episode_rows, build_response_mask
-from dtppo.usercode.given import GivenInputs
+from dtppo.usercode.given import NOTHING_GIVEN, GivenInputs
 from dtppo.workers.layout import RankLayout
 from dtppo.workers.updater import Updater
 
@@ -130,7 +130,7 @@ class Plateau:
         return self.patience > 0 and self.stale >= self.patience
 
 
-def run_sft(cfg: Config, given: GivenInputs | None = None) -> dict[str, float]:
+def run_sft(cfg: Config, given: GivenInputs = NOTHING_GIVEN) -> dict[str, float]:
     """Train from ``policy.model`` (path or tiny config) and save an HF directory at ``sft.output_dir``, with its
     results in ``sft_results.json`` there. Every launched rank calls this: the model is laid out as the policy is
     (``policy.parallel``: FSDP2 and tensor parallel on the rank's device), each rank trains on its share of every
@@ -162,7 +162,7 @@ def run_sft(cfg: Config, given: GivenInputs | None = None) -> dict[str, float]:
         enabled=is_main_rank(),
     )
     start = time.perf_counter()
-    rows = (given or GivenInputs()).rows
+    rows = given.rows
     source, validation = build_sources(
         cfg.data, cfg.ppo.seed, cfg.ppo.validation.max_samples, tokenizer=tokenizer, rows=rows
     )
@@ -387,6 +387,6 @@ def sft_is_done(cfg: Config) -> bool:
     return (Path(cfg.sft.output_dir) / "config.json").is_file()
 
 
-def sft_rank(tree: dict, given: GivenInputs | None = None) -> None:
+def sft_rank(tree: dict, given: GivenInputs = NOTHING_GIVEN) -> None:
     """One rank of SFT (the config as a plain tree: what a launcher hands a rank; ``given``: rows passed in Python)."""
     run_sft(config_from_dict(tree), given)

@@ -53,5 +53,8 @@ class GivenInputs:
         return _restored, (cloudpickle.dumps((self.functions, self.train_rows, self.validation_rows)),)
 
 
+NOTHING_GIVEN = GivenInputs()  # a run whose every input its config names
+
+
 def _restored(payload: bytes) -> GivenInputs:
     return GivenInputs(*cloudpickle.loads(payload))
