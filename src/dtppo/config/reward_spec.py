@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-BUILTINS = ("gsm8k", "math", "arithmetic_steps", "arithmetic_first_error")
+ANSWER_VERIFIERS = ("gsm8k", "math")  # an outcome from the final answer, read at a response's end
+STEP_VERIFIERS = ("arithmetic_steps", "arithmetic_first_error")  # steps, from every line of a response
+BUILTINS = ANSWER_VERIFIERS + STEP_VERIFIERS
 MODEL_NAME = "model"  # the learned reward model's metric name (train/reward/model): no function may take it
 PROCESS_MODEL_NAME = "process_model"  # the process reward model's (train/reward/process_model)
 # How a chunk of samples can fail to be scored (rewards.failures); each is counted as train/reward/<kind>_chunks.

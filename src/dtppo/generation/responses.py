@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from itertools import chain
 from typing import Protocol
 
 import numpy as np
@@ -36,87 +34,28 @@ def scored_tokens(experience: Experience) -> torch.Tensor:
     return mask
 
 
+@dataclass(frozen=True)
+class ResponseTokens:
+    """The tokens whose text the reward functions score, on the CPU in NumPy: ids: [B, T] int64, the rows' token ids;
+    keep: [B, T] bool, ``scored_tokens``."""
+
+    ids: np.ndarray
+    keep: np.ndarray
+
+
+def response_tokens(experience: Experience) -> ResponseTokens:
+    """``experience``'s scored tokens, read off once for decoding and for placing step rewards."""
+    return ResponseTokens(experience.input_ids.cpu().numpy(), scored_tokens(experience).cpu().numpy())
+
+
+def decode_tokens(tokenizer: PreTrainedTokenizerBase, tokens: ResponseTokens) -> list[str]:
+    """Each row's kept tokens decoded, special tokens dropped."""
+    return [tokenizer.decode(row[k].tolist(), skip_special_tokens=True) for row, k in zip(tokens.ids, tokens.keep)]
+
+
 def decode_responses(tokenizer: PreTrainedTokenizerBase, experience: Experience) -> list[str]:
     """The generated text of each row (``scored_tokens``, special tokens dropped)."""
-    mask = scored_tokens(experience)
-    return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(experience.input_ids, mask)]
-
-
-def token_char_ends(
-    tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor, mask: torch.Tensor, texts: list[str]
-) -> torch.Tensor:
-    """Where each token's text ends in its row's decoded text: ids, mask: [R, T] (the tokens decoded: ``mask``
-    true), texts: each row's ``decode(ids[mask], skip_special_tokens=True)`` -> [R, T] int64, the running sum of the
-    decoded tokens' lengths (0 before the first; a dropped special token ends where the token before it does).
-
-    Vectorised: every vocabulary entry is decoded alone once per tokenizer, and a row's ends are the running sum of
-    its tokens' piece lengths. A row whose pieces do not make its text (a character split over byte tokens, a
-    tokenizer that strips a lone token's leading space, cleaned-up spaces) is measured exactly instead, by
-    decoding each of its prefixes."""
-    return torch.from_numpy(_char_ends(tokenizer, ids.cpu().numpy(), mask.cpu().numpy().astype(bool), texts))
-
-
-def _char_ends(tokenizer: PreTrainedTokenizerBase, ids: np.ndarray, keep: np.ndarray, texts: list[str]) -> np.ndarray:
-    """``token_char_ends`` in NumPy, whose calls cost a few microseconds where a small tensor op costs ten or more:
-    this runs once per step on a batch of a few thousand tokens."""
-    pieces, lengths = _vocabulary_pieces(tokenizer)
-    ends = (lengths[ids] * keep).cumsum(axis=1)
-    flat = ids[keep]
-    # Every row's pieces make its text when the rows' lengths agree and so do all rows' texts joined: one check
-    if ends[:, -1].tolist() == [len(t) for t in texts] and "".join(pieces[flat].tolist()) == "".join(texts):
-        return ends
-    start = 0
-    for r, (count, text) in enumerate(zip(keep.sum(1).tolist(), texts)):
-        row, start = flat[start : start + count].tolist(), start + count
-        if "".join(pieces[row].tolist()) != text:
-            prefixes = tokenizer.batch_decode([row[: k + 1] for k in range(len(row))], skip_special_tokens=True)
-            exact = np.zeros(ids.shape[1], dtype=np.int64)
-            exact[keep[r]] = [len(p) for p in prefixes]
-            ends[r] = np.maximum.accumulate(exact)
-    return ends
-
-
-_PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _vocabulary_pieces(tokenizer: PreTrainedTokenizerBase) -> tuple[np.ndarray, np.ndarray]:
-    """([vocabulary] object, each token id's text decoded alone, special tokens as ""; [vocabulary] int64, their
-    lengths), once per tokenizer. An object array: a batch's pieces are gathered by one indexing, not a loop."""
-    if tokenizer not in _PIECES:
-        ids = [[i] for i in range(len(tokenizer))]
-        backend = getattr(tokenizer, "backend_tokenizer", None)  # one call into the Rust tokenizer when there is one
-        decode = backend.decode_batch if backend is not None else tokenizer.batch_decode
-        pieces = np.empty(len(ids), dtype=object)
-        pieces[:] = decode(ids, skip_special_tokens=True)
-        _PIECES[tokenizer] = pieces, np.array([len(p) for p in pieces], dtype=np.int64)
-    return _PIECES[tokenizer]
-
-
-def place_steps(
-    tokenizer: PreTrainedTokenizerBase,
-    experience: Experience,
-    steps: list[tuple[tuple[int, float], ...]],
-    texts: list[str],
-) -> torch.Tensor:
-    """Each row's step rewards (``(end, reward)`` pairs, ``end`` a character offset in its decoded response,
-    ``texts``: ``decode_responses``) on the token holding character ``end − 1`` -> [2, B, T] float32 on the CPU:
-    the rewards (summed where steps share a token) and the mask of the tokens that hold a step."""
-    keep = scored_tokens(experience).cpu().numpy()
-    batch, width = keep.shape
-    counts = [len(row) for row in steps]
-    placed = np.zeros((2, batch * width), dtype=np.float32)
-    if any(counts):
-        ends = _char_ends(tokenizer, experience.input_ids.cpu().numpy(), keep, texts)  # [B, T]
-        # One search over all rows: row b's ends shifted by b * span stay sorted (an end is at most its text's
-        # length, the row's last end, below span), and a step's target is its end shifted as its row is.
-        span = int(ends[:, -1].max()) + 1
-        ends += np.arange(0, batch * span, span)[:, None]
-        pairs = np.fromiter(chain.from_iterable(chain.from_iterable(steps)), np.float64).reshape(-1, 2)  # [S, 2]
-        targets = pairs[:, 0].astype(np.int64) + np.repeat(np.arange(0, batch * span, span), counts)  # [S]
-        token = np.searchsorted(ends.ravel(), targets, side="left")  # [S]: b * T + the token holding character end - 1
-        placed[0] = np.bincount(token, weights=pairs[:, 1], minlength=batch * width)
-        placed[1, token] = 1.0
-    return torch.from_numpy(placed.reshape(2, batch, width))
+    return decode_tokens(tokenizer, response_tokens(experience))
 
 
 class Sampler(Protocol):

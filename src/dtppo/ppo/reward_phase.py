@@ -10,7 +10,8 @@ from transformers import PreTrainedTokenizerBase
 
 from dtppo.data.problem import Problem
 from dtppo.distributed.comm import broadcast
-from dtppo.generation.responses import decode_responses, place_steps
+from dtppo.generation.responses import decode_tokens, response_tokens
+from dtppo.generation.step_placement import StepPlacer
 from dtppo.rewards.rewarder import RewardBreakdown, Rewarder
 from dtppo.types import Experience
 
@@ -30,9 +31,13 @@ def score_batch(
     rewarder: Rewarder, tokenizer: PreTrainedTokenizerBase, experience: Experience, problems: list[Problem]
 ) -> tuple[RewardBreakdown, BatchRewards]:
     """Rank 0's part: the breakdown of ``experience``'s responses to ``problems`` and its reward tensors."""
-    texts = decode_responses(tokenizer, experience)
-    scored = rewarder.score(problems, texts)
-    steps = place_steps(tokenizer, experience, scored.steps, texts) if any(scored.steps) else None
+    tokens = response_tokens(experience)
+    texts = decode_tokens(tokenizer, tokens)
+    placer = StepPlacer(tokenizer, tokens, texts)
+    # A run's functions give steps on every batch or on none: after a batch with steps, this one's tokens are
+    # measured while the scoring processes work
+    scored = rewarder.score(problems, texts, while_scoring=placer.prepare if rewarder.gave_steps else None)
+    steps = placer.place(scored.steps) if any(scored.steps) else None
     return scored, BatchRewards(scored.outcome, scored.failed.float(), steps)
 
 

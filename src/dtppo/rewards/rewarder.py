@@ -5,6 +5,7 @@ the metrics."""
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -133,7 +134,7 @@ class Rewarder:
     ``reward.process_model.path``, which read each prompt with ``system_prompt`` (``data.system_prompt``) as the
     policy did. ``backend``: ``cluster.backend``, where the functions run (``RewardScorer``); ``device``: the RM's;
     ``given``: the functions passed in Python. Its ``budget`` counts the failed chunks of each step
-    (``failures.FailureBudget``)."""
+    (``failures.FailureBudget``); ``gave_steps`` says whether the last batch it scored had a step."""
 
     def __init__(
         self,
@@ -164,15 +165,19 @@ class Rewarder:
             from dtppo.rewards.process_model import ProcessRewardModel
 
             self.process_model = ProcessRewardModel(reward.process_model, system_prompt, device)
+        self.gave_steps = False
 
-    def score(self, problems: list[Problem], completions: list[str]) -> RewardBreakdown:
+    def score(
+        self, problems: list[Problem], completions: list[str], while_scoring: Callable[[], None] | None = None
+    ) -> RewardBreakdown:
         """The reward of each (problem, completion) pair: completions are the generated texts, given to the
-        functions as text, or as ``[{"role": "assistant", "content": ...}]`` for conversational rows (TRL's form)."""
+        functions as text, or as ``[{"role": "assistant", "content": ...}]`` for conversational rows (TRL's form).
+        ``while_scoring``: work of the caller's to run while the functions run elsewhere (``RewardScorer.score``)."""
         prompts = [p.question for p in problems]
         given = [
             [{"role": "assistant", "content": c}] if p.conversational else c for p, c in zip(problems, completions)
         ]
-        scored = self.scorer.score(prompts, given, reward_columns(problems))
+        scored = self.scorer.score(prompts, given, reward_columns(problems), while_scoring)
         self.budget.record(scored.chunks, scored.failures)
         scores = dict(zip(self.names, scored.scores))
         weighted = [(self.weights[i], scores[name]) for i, name in enumerate(self.names)]
@@ -187,6 +192,7 @@ class Rewarder:
             scores[PROCESS_MODEL_NAME] = self.process_model.score(prompts, completions)
             weighted.append((self.process_weight, scores[PROCESS_MODEL_NAME]))
         outcome, steps = weighted_parts(weighted, scored.failed)
+        self.gave_steps = any(steps)
         failed = torch.tensor(scored.failed, dtype=torch.bool)
         return RewardBreakdown(outcome, steps, scores, failed, failure_counts(scored.failures, int(failed.sum())))
 

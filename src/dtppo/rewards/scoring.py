@@ -10,8 +10,9 @@ fails (``failures.ChunkFailure``): its samples get no score and the caller decid
 
 Memory and liveness are bounded whatever the batch and the user's code do:
 - workers get chunks of at most ``MAX_CHUNK`` samples; when only built-in verifiers run, a chunk carries only what
-  they read (``answers.tail``: the last ``TAIL_CHARS`` characters of each completion and reference), so a
-  worker's memory does not grow with the batch size or response length;
+  they read (``answers.tail``: the last ``TAIL_CHARS`` characters of each reference, and of each completion when
+  only answer verifiers run; a step verifier reads every line), so a worker's memory does not grow with the batch
+  size (nor with the response length when only answers are checked);
 - each worker runs under ``reward.memory_limit_mib`` and ``reward.max_print_bytes`` (``sandbox.confine``);
 - pool workers import ``dtppo.rewards.functions`` (not torch) and build math-verify's parser when they start;
   ``timeout_s`` bounds scoring, not process start-up: a fresh pool is waited for (up to ``STARTUP_S``) first;
@@ -22,10 +23,11 @@ Memory and liveness are bounded whatever the batch and the user's code do:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dtppo.config import RewardConfig
-from dtppo.config.reward_spec import parse_spec
+from dtppo.config.reward_spec import STEP_VERIFIERS, parse_spec
 from dtppo.data.answers import tail
 from dtppo.rewards.failures import ChunkFailure
 from dtppo.rewards.functions import (
@@ -90,6 +92,7 @@ class RewardScorer:
         parsed = [parse_spec(s) for s in specs]
         self.specs = [p.absolute() for p in parsed]
         self.builtin_only = all(p.kind == "builtin" for p in parsed)
+        self.whole_completions = any(p.kind == "builtin" and p.name in STEP_VERIFIERS for p in parsed)
         self.pool = None
         # No functions (a reward model alone): nothing to fan out, so no processes to start.
         self.num_workers = cfg.num_workers if specs else 0
@@ -114,29 +117,38 @@ class RewardScorer:
         if self.pool is not None:
             self.pool.wait_ready(STARTUP_S)
 
-    def score(self, prompts: list, completions: list, columns: dict[str, list]) -> ScoredChunks:
+    def score(
+        self,
+        prompts: list,
+        completions: list,
+        columns: dict[str, list],
+        while_scoring: Callable[[], None] | None = None,
+    ) -> ScoredChunks:
         """Each function's scores of each sample, and the chunks that failed. Raises ``RewardFunctionError`` when a
-        function returned unusable scores."""
+        function returned unusable scores. ``while_scoring`` runs once the chunks are out to the scoring processes or
+        actors (never when this process scores: it would only wait)."""
         shown = prompts  # a failed chunk is named by its first prompt, which the built-ins' inputs leave out
         if self.builtin_only:
-            prompts, completions, columns = _builtin_inputs(prompts, completions, columns)
+            prompts, completions, columns = _builtin_inputs(prompts, completions, columns, self.whole_completions)
         if self.num_workers == 0:
             parts = [slice(0, len(completions))]
             return self._collect(parts, [score_job(self.functions, (0, prompts, completions, columns))], shown)
         parts = _chunks(len(completions), self.num_workers)
         jobs = [(p.start, prompts[p], completions[p], {k: v[p] for k, v in columns.items()}) for p in parts]
         if self.backend == "ray":
-            answers = self._score_ray(jobs)
+            answers = self._score_ray(jobs, while_scoring)
         else:
             self.wait_ready()
-            answers = self.pool.map(jobs, self.cfg.timeout_s)
+            answers = self.pool.map(jobs, self.cfg.timeout_s, while_scoring)
         return self._collect(parts, answers, shown)
 
-    def _score_ray(self, jobs: list[tuple]) -> list[tuple | JobFailure]:
+    def _score_ray(self, jobs: list[tuple], while_scoring: Callable[[], None] | None) -> list[tuple | JobFailure]:
         import ray
 
         owners = [i % len(self.actors) for i in range(len(jobs))]
         refs = [self.actors[a].score.remote(job) for a, job in zip(owners, jobs)]
+        if while_scoring is not None:
+            while_scoring()
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.cfg.timeout_s)
         late = JobFailure("timed_out", f"no answer within {self.cfg.timeout_s:g} s", None)
         answers = [_ray_result(r) if r in ready else late for r in refs]
@@ -184,9 +196,10 @@ class RewardScorer:
                 ray.kill(actor, no_restart=True)
 
 
-def _builtin_inputs(prompts: list, completions: list, columns: dict[str, list]) -> tuple[list, list, dict]:
-    """All the built-in verifiers read: each completion's text and reference, their last ``TAIL_CHARS`` characters."""
-    texts = [tail(completion_text(c)) for c in completions]
+def _builtin_inputs(prompts: list, completions: list, columns: dict[str, list], whole: bool) -> tuple[list, list, dict]:
+    """All the built-in verifiers read: each completion's text (``whole``, for a step verifier: all of it, whose
+    step ends are offsets in it; else its last ``TAIL_CHARS`` characters) and its reference's last ``TAIL_CHARS``."""
+    texts = [completion_text(c) if whole else tail(completion_text(c)) for c in completions]
     answer = [tail(reference_text(a)) for a in columns.get("answer", [""] * len(texts))]
     return [None] * len(texts), texts, {"answer": answer}
 

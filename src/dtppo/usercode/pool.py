@@ -108,12 +108,14 @@ class ProcessPool:
                 timeout_s,
             )
 
-    def map(self, jobs: list[tuple], timeout_s: float) -> list[object]:
+    def map(self, jobs: list[tuple], timeout_s: float, while_waiting: Callable[[], None] | None = None) -> list[object]:
         """Each job's answer, or a ``JobFailure`` for a job not answered within ``timeout_s`` or that killed its
-        worker twice."""
+        worker twice. ``while_waiting`` runs in this process once the first jobs are handed out."""
         batch = _Batch(jobs)
         deadline = time.monotonic() + timeout_s
         self._dispatch(batch)
+        if while_waiting is not None:
+            while_waiting()
         while busy := [w.conn for w in self.workers if w.job is not None or (w.pid is None and batch.todo)]:
             remaining = deadline - time.monotonic()
             ready = wait(busy, timeout=remaining) if remaining > 0 else []

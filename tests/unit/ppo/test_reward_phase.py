@@ -23,10 +23,16 @@ def _experience(**fields) -> Experience:
 
 
 class Fixed:
-    def __init__(self, steps):
-        self.steps = steps
+    """A rewarder giving ``steps``; it runs the phase's ``while_scoring`` as the scoring pool does and records it."""
 
-    def score(self, problems, texts):
+    def __init__(self, steps):
+        self.steps, self.gave_steps, self.given = steps, False, []
+
+    def score(self, problems, texts, while_scoring=None):
+        self.given.append(while_scoring is not None)
+        if while_scoring is not None:
+            while_scoring()
+        self.gave_steps = any(self.steps)
         return RewardBreakdown(torch.ones(B), self.steps, {}, torch.tensor([False, True, False]), {})
 
 
@@ -65,3 +71,15 @@ def test_the_phase_scores_places_and_adds_the_rewards():
     # a rank without the scorer (one process here) gets no reward but its penalty, and nothing to log
     elsewhere, nothing = rewarded(None, tokenizer, experience, [None] * B, -torch.ones(B))
     assert nothing is None and elsewhere.rewards.tolist() == [-1.0] * B and elsewhere.step_rewards is None
+
+
+def test_after_a_batch_with_steps_the_next_ones_tokens_are_measured_while_it_is_scored():
+    tokenizer = build_char_tokenizer()
+    ids = torch.tensor(tokenizer.encode("1+1=2", add_special_tokens=False))
+    experience = _experience().replace(input_ids=torch.cat([torch.full((B, 2), 10), ids.expand(B, 5)], 1)[:, :T])
+    stepped, plain = Fixed([((2, 0.25),), (), ((3, -1.0),)]), Fixed([(), (), ()])
+    placed = [score_batch(stepped, tokenizer, experience, [None] * B)[1].steps for _ in range(3)]
+    for _ in range(2):
+        score_batch(plain, tokenizer, experience, [None] * B)
+    assert stepped.given == [False, True, True] and plain.given == [False, False]
+    assert all(torch.equal(p, placed[0]) for p in placed)  # measured before the scores came or after: the same

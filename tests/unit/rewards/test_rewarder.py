@@ -2,11 +2,21 @@
 over the samples it scored, failed chunks counted, and the columns reward functions get. Scoring itself:
 tests/unit/rewards/test_scoring.py and test_functions.py."""
 
+from dataclasses import replace
+
 import torch
 
+from dtppo.config import RewardConfig
 from dtppo.data.problem import Problem
 from dtppo.rewards.failures import ChunkFailure
-from dtppo.rewards.rewarder import RewardBreakdown, concat_breakdowns, failure_counts, reward_columns, weighted_parts
+from dtppo.rewards.rewarder import (
+    RewardBreakdown,
+    Rewarder,
+    concat_breakdowns,
+    failure_counts,
+    reward_columns,
+    weighted_parts,
+)
 
 
 def test_reward_breakdowns_concatenate_and_select_rows():
@@ -64,3 +74,19 @@ def test_a_zero_weight_parts_steps_are_logged_not_placed():
     assert outcome.tolist() == [1.0, 0.0] and placed == [(), ()]
     _, weighted = weighted_parts([(1.0, [1.0, 0.0]), (2.0, steps)], [False, False])
     assert weighted == [((3, 2.0), (7, 1.0)), ()]  # the control: a weight makes them steps
+
+
+def test_the_rewarder_says_whether_its_last_batch_had_steps():
+    """What the reward phase reads to measure the next batch's tokens while it is scored: a batch with a step, then
+    one whose functions found none (a weight-0 part's steps are no steps)."""
+    reward = RewardConfig(functions=("gsm8k", "arithmetic_steps"), weights=(1.0, 0.5), num_workers=0)
+    rewarder = Rewarder(reward, system_prompt=None, backend="local", device=None)
+    problem = Problem(question="q", solution="", answer="3")
+    assert not rewarder.gave_steps
+    rewarder.score([problem], ["1+2=3\n#### 3"])
+    assert rewarder.gave_steps
+    rewarder.score([problem], ["#### 3"])
+    assert not rewarder.gave_steps
+    unweighted = Rewarder(replace(reward, weights=(1.0, 0.0)), system_prompt=None, backend="local", device=None)
+    unweighted.score([problem], ["1+2=3\n#### 3"])
+    assert not unweighted.gave_steps

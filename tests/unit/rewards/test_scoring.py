@@ -5,6 +5,7 @@ import time
 import torch
 
 from dtppo.config import RewardConfig
+from dtppo.data.answers import TAIL_CHARS
 from dtppo.data.problem import Problem
 from dtppo.rewards.rewarder import Rewarder
 from dtppo.rewards.scoring import RewardScorer
@@ -90,3 +91,43 @@ def test_pool_survives_its_workers_being_killed():
         assert torch.equal(_gsm8k(scorer, RESPONSES, TRUTHS), _in_this_process(RESPONSES, TRUTHS))
     finally:
         scorer.close()
+
+
+def test_the_callers_work_runs_while_the_scoring_processes_score(tmp_path):
+    """``while_scoring`` runs once the chunks are out: a function that waits for what it writes scores 1 (had it run
+    after the scores came, the function would have given up first); scoring in this process never runs it."""
+    marker = tmp_path / "written_while_scoring"
+    (tmp_path / "waits.py").write_text(
+        "import os, time\n"
+        "def waits(completions, **kwargs):\n"
+        "    deadline = time.monotonic() + 10\n"
+        f"    while not os.path.exists({str(marker)!r}) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.005)\n"
+        f"    return [float(os.path.exists({str(marker)!r}))] * len(completions)\n"
+    )
+    spec, runs = f"{tmp_path / 'waits.py'}:waits", []
+
+    def write_marker():
+        runs.append(len(runs))
+        marker.touch()
+
+    scorer = RewardScorer(RewardConfig(num_workers=2, timeout_s=60), backend="local", specs=[spec])
+    try:
+        (scores,) = scorer.score(["q"] * 4, ["a"] * 4, {}, while_scoring=write_marker).scores
+    finally:
+        scorer.close()
+    assert scores == [1.0] * 4 and runs == [0]
+    marker.unlink()
+    here = RewardScorer(RewardConfig(num_workers=0), backend="local", specs=["gsm8k"])
+    here.score([None], ["#### 3"], {"answer": ["3"]}, while_scoring=write_marker)
+    assert runs == [0] and not marker.exists()
+
+
+def test_a_step_verifier_reads_the_whole_completion():
+    """The answer verifiers are sent a completion's last ``TAIL_CHARS`` characters; a step verifier all of it, so
+    that its step ends are offsets in the completion (and its early lines are checked)."""
+    completion = "1+1=2\n" + "x" * TAIL_CHARS + "\n2+3=5\n#### 5"
+    scorer = RewardScorer(RewardConfig(num_workers=0), backend="local", specs=["gsm8k", "arithmetic_steps"])
+    answer, steps = scorer.score([None], [completion], {"answer": ["5"]}).scores
+    assert answer == [1.0]
+    assert [end for end, _ in steps[0]] == [len("1+1=2"), completion.index("2+3=5") + len("2+3=5")]

@@ -1,18 +1,21 @@
-"""Step rewards onto tokens (``dtppo.generation.responses.place_steps``): a step ending at character ``end`` of a
-decoded response lands on the token holding character ``end − 1``, checked against decoding every prefix, over random
-texts and tokenizers: the character tokenizer, byte-level BPEs with multi-character tokens (and characters split
-over byte tokens), a SentencePiece-style tokenizer whose lone tokens decode without their leading space."""
+"""Step rewards onto tokens (``dtppo.generation.step_placement``): a step ending at character ``end`` of a decoded
+response lands on the token holding character ``end − 1``, checked against decoding every prefix, over random texts
+and tokenizers: the character tokenizer, byte-level BPEs with multi-character tokens (and characters split over byte
+tokens), a SentencePiece-style tokenizer whose lone tokens decode without their leading space; measured while the
+scores are awaited or after, the same placement."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from dtppo.generation.responses import decode_responses, place_steps, token_char_ends
+from dtppo.generation.responses import decode_tokens, response_tokens
+from dtppo.generation.step_placement import StepPlacer, char_ends
 from dtppo.models.tokenizer import build_char_tokenizer
 from dtppo.types import Experience
 from tests.support.chat_templates import QWEN25, chat_tokenizer
@@ -37,8 +40,17 @@ TOKENIZERS = {
 }
 
 
-def _ends(tokenizer, ids: list[int], text: str) -> torch.Tensor:
-    return token_char_ends(tokenizer, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.bool), [text])[0]
+def _ends(tokenizer, ids: list[int], text: str) -> list[int]:
+    """Where each of ``ids`` ends in ``text``."""
+    return char_ends(tokenizer, np.array(ids), np.array([len(ids)]), [text], [0, len(text)])[1:].tolist()
+
+
+def _placed(tokenizer, experience: Experience, steps: list, texts: list[str] | None = None, prepared: bool = False):
+    tokens = response_tokens(experience)
+    placer = StepPlacer(tokenizer, tokens, texts if texts is not None else decode_tokens(tokenizer, tokens))
+    if prepared:
+        placer.prepare()
+    return placer.place(steps)
 
 
 def _brute_force_token(tokenizer, ids: list[int], end: int) -> int:
@@ -65,8 +77,9 @@ def _random_text(rng: random.Random, unicode: bool, length: int) -> str:
     return "".join(rng.choice(alphabet) for _ in range(length))
 
 
+@pytest.mark.parametrize("prepared", [False, True], ids=["measured_after", "prepared_while_scoring"])
 @pytest.mark.parametrize("name", sorted(TOKENIZERS))
-def test_each_step_lands_on_the_token_holding_its_last_character(name):
+def test_each_step_lands_on_the_token_holding_its_last_character(name, prepared):
     tokenizer, rng = TOKENIZERS[name](), random.Random(0)
     vocabulary = set(tokenizer.get_vocab())
     rows, steps, expected = [], [], []
@@ -86,7 +99,7 @@ def test_each_step_lands_on_the_token_holding_its_last_character(name):
         expected.append([_brute_force_token(tokenizer, ids, e) for e in ends])
     assert vocabulary and len(rows) > 20
     experience = _experience(rows, prompt=3, pad=tokenizer.pad_token_id or 0)
-    rewards, marks = place_steps(tokenizer, experience, steps, decode_responses(tokenizer, experience))
+    rewards, marks = _placed(tokenizer, experience, steps, prepared=prepared)
     for b, (tokens, row_steps) in enumerate(zip(expected, steps)):
         want = torch.zeros(rewards.shape[1])
         for token, (_, reward) in zip(tokens, row_steps):
@@ -102,28 +115,34 @@ def test_a_step_ending_inside_a_multi_character_token_lands_on_it():
     wide = next(k for k in range(len(ids)) if ends[k] - (ends[k - 1] if k else 0) >= 3)
     inside = int(ends[wide]) - 1  # the token's second-to-last character
     experience = _experience([ids], 0, 0)
-    rewards, _ = place_steps(tokenizer, experience, [((inside, 1.0),)], decode_responses(tokenizer, experience))
+    rewards, _ = _placed(tokenizer, experience, [((inside, 1.0),)])
     assert rewards[0].nonzero().squeeze(1).tolist() == [wide]
 
 
 def test_token_ends_take_the_fast_path_only_when_the_pieces_make_the_text():
     char, metaspace = build_char_tokenizer(), _metaspace_tokenizer()
     ids = char("ab=3", add_special_tokens=False)["input_ids"]
-    assert _ends(char, ids, "ab=3").tolist() == [1, 2, 3, 4]
+    assert _ends(char, ids, "ab=3") == [1, 2, 3, 4]
     ids = metaspace("ab 12 = 3", add_special_tokens=False)["input_ids"]
     text = metaspace.decode(ids)
     assert "".join(metaspace.batch_decode([[t] for t in ids])) != text  # lone tokens lose their leading space
     exact = [len(metaspace.decode(ids[: k + 1])) for k in range(len(ids))]
-    assert _ends(metaspace, ids, text).tolist() == exact
-    padded = torch.tensor([[0, *ids, 0]])  # positions outside the mask add nothing and keep the running end
-    mask = torch.tensor([[False, *[True] * len(ids), False]])
-    assert token_char_ends(metaspace, padded, mask, [text])[0].tolist() == [0, *exact, exact[-1]]
+    assert _ends(metaspace, ids, text) == exact
+    # a batch: an empty row, a row whose pieces make its text, one measured exactly: offsets run on across rows
+    rows = [[], metaspace("ab", add_special_tokens=False)["input_ids"], ids]
+    texts = [metaspace.decode(r) for r in rows]
+    assert texts[1] == "".join(metaspace.batch_decode([[t] for t in rows[1]]))
+    flat, counts = np.array(rows[1] + rows[2]), np.array([len(r) for r in rows])
+    starts = [0, 0, len(texts[1]), len(texts[1]) + len(text)]
+    want = [0, *[len(metaspace.decode(rows[1][: k + 1])) for k in range(len(rows[1]))]]
+    want += [want[-1] + e for e in exact]
+    assert char_ends(metaspace, flat, counts, texts, starts).tolist() == want
 
 
 def test_rows_without_steps_are_left_alone():
     tokenizer = build_char_tokenizer()
     ids = tokenizer("1+2=3", add_special_tokens=False)["input_ids"]
     experience = _experience([ids, ids], prompt=2, pad=0)
-    rewards, marks = place_steps(tokenizer, experience, [(), ((5, -1.0), (5, 0.5))], ["1+2=3"] * 2)
+    rewards, marks = _placed(tokenizer, experience, [(), ((5, -1.0), (5, 0.5))], ["1+2=3"] * 2)
     assert rewards[0].abs().sum() == 0 and marks[0].sum() == 0
     assert rewards[1].nonzero().squeeze(1).tolist() == [2 + 4] and rewards[1, 6] == -0.5 and marks[1].sum() == 1
