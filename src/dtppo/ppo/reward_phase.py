@@ -77,13 +77,13 @@ def with_rewards(experience: Experience, rewards: BatchRewards, penalties: torch
     """``experience`` with its rewards: the outcome plus ``penalties`` ([B], DAPO's overlong shaping), the step
     rewards added to an episode's turn rewards, and the failed samples out of training (``sample_mask``: no
     reward is known for them)."""
-    experience = experience.replace(rewards=rewards.outcome + penalties)
+    fields = {"rewards": rewards.outcome + penalties}
     if rewards.steps is not None:
         step_rewards, step_mask = rewards.steps
         if experience.step_rewards is not None:
             step_rewards = experience.step_rewards + step_rewards
             step_mask = torch.maximum(experience.step_mask, step_mask)
-        experience = experience.replace(step_rewards=step_rewards, step_mask=step_mask)
+        fields |= {"step_rewards": step_rewards, "step_mask": step_mask}
     if rewards.failed.any():
-        experience = experience.replace(sample_mask=1.0 - rewards.failed)
-    return experience
+        fields["sample_mask"] = 1.0 - rewards.failed
+    return experience.replace(**fields)
