@@ -8,7 +8,9 @@ from tests.support.recipes import REPO
 
 
 def _range(row: dict) -> str:
-    return f"{min(row['ratio_repeats']):.2f}–{max(row['ratio_repeats']):.2f}×"
+    """The ratio's range over the repeats as the guide writes it: one figure when both ends round alike."""
+    low, high = f"{min(row['ratio_repeats']):.2f}", f"{max(row['ratio_repeats']):.2f}"
+    return f"{low}×" if low == high else f"{low}–{high}×"
 
 
 def test_the_guide_states_the_record_s_ratios():
