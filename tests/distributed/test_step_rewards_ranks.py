@@ -37,8 +37,13 @@ def line_steps(text: str) -> tuple[tuple[int, float], ...]:
 class LineRewarder:
     """A stand-in ``Rewarder``: the outcome of each answer from OUTCOME, its line ends as steps."""
 
-    def score(self, problems, texts) -> RewardBreakdown:
+    gave_steps = False
+
+    def score(self, problems, texts, while_scoring=None) -> RewardBreakdown:
+        if while_scoring is not None:
+            while_scoring()
         steps = [line_steps(t) for t in texts]
+        self.gave_steps = any(steps)
         failed = torch.zeros(len(texts), dtype=torch.bool)
         return RewardBreakdown(torch.tensor(OUTCOME), steps, {"lines": steps}, failed, {})
 
