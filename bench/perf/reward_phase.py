@@ -1,14 +1,15 @@
 """What step rewards cost in the reward phase of the tiny recipe: the phase as the trainer runs it
 (``ppo.reward_phase.rewarded``: decode, score, place the steps, add the rewards to the batch) on 64 answers written
-as the SFT data writes them (tiny_math's worked solutions, character tokens), with the recipe's 2 scoring processes
-and in-process. Two pairs of arms, each pair interleaved call by call: the verifier's score as an outcome against
-the same score as a step at the answer's end (the mechanism's cost: checking, merging and placing steps; goal at
-most 1.1x), and the verifier alone against the verifier with ``arithmetic_steps`` (what a step scorer adds by its
-own work). Each pair is measured ``--repeats`` times with fresh scoring processes: the ratio moves more between
-repeats than within one (where the processes land on a shared machine's cores). Writes
-bench/results/perf/reward_phase.json.
+as the SFT data writes them (tiny_math's worked solutions, character tokens), with the recipe's 2 scoring processes,
+with one, and in-process. Three pairs of arms, each pair interleaved call by call: the verifier's score as an
+outcome against the same score as a step at the answer's end (the mechanism's cost: checking, merging and placing
+steps; goal at most 1.1x), the verifier alone against the verifier with ``arithmetic_steps`` (what a step scorer
+adds by its own work), and the step form with its tokens measured after the scores against the same measured while
+the scoring processes work (what that overlap saves; one process on 2 cores leaves this one a core). Each pair is
+measured ``--repeats`` times with fresh scoring processes: the ratio moves more between repeats than within one
+(where the processes land on a shared machine's cores). Writes bench/results/perf/reward_phase.json.
 
-    python -m bench.perf.reward_phase [--calls 300] [--repeats 3] [--workers 2 0] [--out FILE]
+    python -m bench.perf.reward_phase [--calls 300] [--repeats 3] [--workers 2 1 0] [--out FILE]
 """
 
 from __future__ import annotations
@@ -39,9 +40,17 @@ ARMS = {
     "the same as a step": ([f"{HERE}:verifier_step", "gsm8k"], [1.0, 0.0]),
     "verifier": (["gsm8k"], [1.0]),
     "verifier + arithmetic_steps": (["gsm8k", "arithmetic_steps"], [1.0, 0.5]),
+    "the same, measured after the scores": ([f"{HERE}:verifier_step", "gsm8k"], [1.0, 0.0]),
 }
+# Its rewarder is told before each call that its last batch had no step: the phase then measures the tokens after
+# the scores come (as on a run's first batch) instead of while the scoring processes work
+AFTER_THE_SCORES = "the same, measured after the scores"
 
-PAIRS = (("outcome", "the same as a step"), ("verifier", "verifier + arithmetic_steps"))
+PAIRS = (
+    ("outcome", "the same as a step"),
+    ("verifier", "verifier + arithmetic_steps"),
+    (AFTER_THE_SCORES, "the same as a step"),
+)
 
 
 def verifier_outcome(completions: list[str], answer: list[str], **kwargs) -> list[float]:
@@ -87,6 +96,8 @@ def phase_times(arms: tuple[str, ...], workers: int, calls: int) -> dict[str, li
         for call in range(calls + 10):
             # ABBA: the second call of a pair runs a few percent slower (measured: an arm against itself, 1.03x)
             for name, rewarder in list(rewarders.items())[:: 1 if call % 2 else -1]:
+                if name == AFTER_THE_SCORES:
+                    rewarder.gave_steps = False
                 start = time.perf_counter()
                 rewarded(rewarder, tok, experience, problems, overlong_penalties(experience, recipe))
                 if call >= 10:
@@ -106,7 +117,7 @@ def rows_of(repeats: list[dict[str, list[float]]], workers: int, command: str) -
     median = {arm: statistics.median(times) for arm, times in pooled.items()}
     rows = [{"workers": workers, "arm": n, "ms_median": 1e3 * m, "command": command} for n, m in median.items()]
     ratios = [statistics.median(a / b for a, b in zip(times[name], times[base])) for times in repeats]
-    rows[1] |= {"ratio": statistics.median(ratios), "ratio_repeats": ratios}
+    rows[1] |= {"against": base, "ratio": statistics.median(ratios), "ratio_repeats": ratios}
     rows[1]["ratio_of_medians"] = median[name] / median[base]
     if base == "outcome":
         rows[1] |= {"goal": GOAL, "meets_goal": rows[1]["ratio"] <= GOAL}
@@ -117,19 +128,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 1, 0])
     parser.add_argument("--out", default=str(PERF / "reward_phase.json"))
     args = parser.parse_args()
     command, load_before, rows = command_line(), os.getloadavg(), []
     print(f"reward phase of the tiny recipe, 64 answers; {args.repeats} x {args.calls} calls per arm, interleaved")
-    print(f"{'scoring processes':<19}{'arm':<30}{'ms':>8}{'ratio':>8}  repeats")
+    print(f"{'scoring processes':<19}{'arm':<37}{'ms':>8}{'ratio':>8}  repeats")
     for workers in args.workers:
-        for pair in PAIRS:
+        # scored in-process there is no wait to measure the tokens in: the overlap's pair would compare equals
+        for pair in PAIRS if workers else PAIRS[:2]:
             repeats = [phase_times(pair, workers, args.calls) for _ in range(args.repeats)]
             for row in rows_of(repeats, workers, command):
                 each = " ".join(f"{r:.3f}" for r in row.get("ratio_repeats", []))
                 ratio = f"{row['ratio']:>8.3f}  {each}" if "ratio" in row else ""
-                print(f"{workers:<19}{row['arm']:<30}{row['ms_median']:>8.2f}{ratio}")
+                print(f"{workers:<19}{row['arm']:<37}{row['ms_median']:>8.2f}{ratio}")
                 rows.append(row)
     meta = {
         "args": vars(args),
