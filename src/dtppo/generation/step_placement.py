@@ -73,7 +73,7 @@ def char_ends(
         row = flat[stop - count : stop].tolist()
         if "".join(pieces[row].tolist()) != text:
             prefixes = tokenizer.batch_decode([row[: k + 1] for k in range(count)], skip_special_tokens=True)
-            exact = np.maximum.accumulate([len(p) for p in prefixes]) if count else np.zeros(0, dtype=np.int64)
+            exact = np.maximum.accumulate([len(p) for p in prefixes])
             sizes[stop - count : stop] = np.diff(exact, prepend=0)
     sizes.cumsum(out=ends[1:])
     return ends

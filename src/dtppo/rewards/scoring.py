@@ -92,7 +92,7 @@ class RewardScorer:
         parsed = [parse_spec(s) for s in specs]
         self.specs = [p.absolute() for p in parsed]
         self.builtin_only = all(p.kind == "builtin" for p in parsed)
-        self.whole_completions = any(p.kind == "builtin" and p.name in STEP_VERIFIERS for p in parsed)
+        self.whole_completions = any(p.name in STEP_VERIFIERS for p in parsed)  # read only with builtin_only
         self.pool = None
         # No functions (a reward model alone): nothing to fan out, so no processes to start.
         self.num_workers = cfg.num_workers if specs else 0
